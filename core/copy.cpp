@@ -1,0 +1,74 @@
+// Tensor::copy_, fill_ and to(Device): the one place dtype conversion and device transfer happen.
+#include <cstring>
+
+#include <kiln/core/cpu/loops.h>
+#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/dispatch.h>
+#include <kiln/core/tensor.h>
+
+namespace kiln {
+
+static bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage()) return false;
+  auto span = [](const Tensor& t) {
+    int64_t lo = t.offset(), hi = t.offset();
+    for (int64_t d = 0; d < t.dim(); ++d) hi += (t.shape()[d] - 1) * t.strides()[d];
+    return std::pair{lo * int64_t(t.element_size()), (hi + 1) * int64_t(t.element_size())};
+  };
+  auto [a0, a1] = span(a);
+  auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+static void copy_cpu(const Tensor& dst, const Tensor& src) {
+  dispatch_all(dst.dtype(), "copy_", [&]<class D>() {
+    dispatch_all(src.dtype(), "copy_", [&]<class S>() {
+      if constexpr (std::is_same_v<D, S>) {
+        if (dst.is_contiguous() && src.is_contiguous()) {
+          std::memcpy(dst.data_ptr(), src.data_ptr(), dst.nbytes());
+          return;
+        }
+      }
+      cpu::map_kernel<D, S>(dst, {&src}, [](auto x) { return x; });
+    });
+  });
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_defined(*this, "copy_", "destination");
+  check_defined(src, "copy_", "source");
+  KILN_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source of shape ", src.shape(),
+             " cannot be broadcast to the destination's shape ", shape());
+  if (numel() == 0) return *this;
+  Tensor s = src.expand(shape());
+  if (device().is_cpu() && s.device().is_cpu()) {
+    if (overlaps(*this, s)) s = s.clone();
+    copy_cpu(*this, s);
+    return *this;
+  }
+  cuda::copy_across(*this, s);
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_defined(*this, "fill_");
+  if (numel() == 0) return *this;
+  if (device().is_cuda()) {
+    cuda::fill(*this, value);
+    return *this;
+  }
+  dispatch_all(dtype(), "fill_", [&]<class T>() {
+    const acc_t<T> v = static_cast<acc_t<T>>(value);
+    cpu::map_kernel<T>(*this, {}, [v]() { return v; });
+  });
+  return *this;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  Tensor out = empty(shape(), dtype(), device);
+  out.copy_(*this);
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,13 @@
+// kiln/core: tensors, dtypes, devices, storage, RNG, and the raw (non-differentiable) ops.
+#pragma once
+
+#include <kiln/core/device.h>
+#include <kiln/core/dtype.h>
+#include <kiln/core/error.h>
+#include <kiln/core/factory.h>
+#include <kiln/core/generator.h>
+#include <kiln/core/parallel.h>
+#include <kiln/core/shape.h>
+#include <kiln/core/tensor.h>
+#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/ops/ops.h>

@@ -1,0 +1,26 @@
+// The CUDA runtime as CPU code sees it: no CUDA headers here (STYLE.md), so every file can
+// include it. Built without CUDA, the queries answer "no devices" and the transfers throw.
+#pragma once
+
+#include <string>
+
+namespace kiln {
+class Tensor;
+}
+
+namespace kiln::cuda {
+
+// Number of usable devices; 0 when built without CUDA or when there is no driver/GPU
+// (cudaGetDeviceCount then fails with error 35 or 100 rather than returning 0).
+int device_count();
+inline bool is_available() { return device_count() > 0; }
+
+// "CUDA runtime 13.0, cuBLASLt 13.x, cuDNN 9.x" or "built without CUDA".
+std::string build_info();
+
+// Copies between devices (either side may be the CPU); shapes already match.
+void copy_across(const Tensor& dst, const Tensor& src);
+// Fills a CUDA tensor with `value` converted to its dtype.
+void fill(const Tensor& dst, double value);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,22 @@
+// Builds the text of a failed KILN_CHECK / KILN_ASSERT and throws kiln::Error.
+#include <kiln/core/error.h>
+
+#include <cstring>
+
+namespace kiln::detail {
+
+static const char* basename_of(const char* path) {
+  const char* slash = std::strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+void throw_check_failure(const char* file, int line, const char* cond, const std::string& msg) {
+  throw Error(str_cat(msg, " [", basename_of(file), ":", line, "]"));
+}
+
+void throw_assert_failure(const char* file, int line, const char* cond, const std::string& msg) {
+  throw Error(str_cat("internal assertion `", cond, "` failed at ", basename_of(file), ":", line,
+                      msg.empty() ? "" : ": ", msg, " (this is a bug in Kiln; please report it)"));
+}
+
+}  // namespace kiln::detail

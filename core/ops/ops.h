@@ -1,0 +1,4 @@
+// kiln::ops: every raw tensor op (no autograd), one header per family.
+#pragma once
+
+#include <kiln/core/ops/elementwise.h>

@@ -1,0 +1,69 @@
+// CPU allocator (64-byte aligned, so Eigen and vector loops see aligned rows) and Storage.
+#include <kiln/core/storage.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/error.h>
+
+namespace kiln {
+
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    size_t rounded = (nbytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    KILN_CHECK(p != nullptr, "out of CPU memory: failed to allocate ", nbytes, " bytes");
+    return p;
+  }
+  void deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
+};
+
+Allocator*& allocator_slot(DeviceType type) {
+  static CpuAllocator cpu;
+  static Allocator* slots[2] = {&cpu, nullptr};
+  return slots[static_cast<int>(type)];
+}
+
+}  // namespace
+
+Allocator* get_allocator(DeviceType type) {
+  if (type == DeviceType::CUDA && allocator_slot(type) == nullptr) {
+    KILN_CHECK(cuda::device_count() > 0, "cannot allocate CUDA memory: ", cuda::build_info(),
+               " and no CUDA device is available");
+  }
+  Allocator* a = allocator_slot(type);
+  KILN_ASSERT(a != nullptr, "no allocator installed for CUDA although a device was found");
+  return a;
+}
+
+void set_allocator(DeviceType type, Allocator* allocator) { allocator_slot(type) = allocator; }
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
+  Allocator* a = get_allocator(device.type);
+  void* p = a->allocate(nbytes);
+  return std::make_shared<Storage>(p, nbytes, device, [a, nbytes](void* q) { a->deallocate(q, nbytes); });
+}
+
+std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device, Deleter deleter) {
+  return std::make_shared<Storage>(data, nbytes, device, std::move(deleter));
+}
+
+Storage::Storage(void* data, size_t nbytes, Device device, Deleter deleter)
+    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+
+Storage::~Storage() {
+  if (!deleter_) return;
+  try {
+    deleter_(data_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: failed to release %zu bytes on %s: %s\n", nbytes_, device_.str().c_str(), e.what());
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,49 @@
+// Storage: one owned (or wrapped) block of bytes on one device, shared by every tensor that views
+// it. Memory comes from the device's Allocator; the CPU one hands out 64-byte aligned blocks.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include <kiln/core/device.h>
+
+namespace kiln {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) noexcept = 0;
+};
+
+// The allocator for a device type; CUDA's is installed by the CUDA backend when it is built.
+Allocator* get_allocator(DeviceType type);
+void set_allocator(DeviceType type, Allocator* allocator);
+
+class Storage {
+ public:
+  using Deleter = std::function<void(void*)>;
+
+  // Fresh memory from the device's allocator.
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  // Memory owned elsewhere (an mmap, a caller's buffer); `deleter` runs when the last view dies.
+  static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device, Deleter deleter = nullptr);
+
+  Storage(void* data, size_t nbytes, Device device, Deleter deleter);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  Deleter deleter_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,284 @@
+// Tensor metadata and views. Views only make a new TensorImpl over the same Storage.
+#include <kiln/core/tensor.h>
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+namespace kiln {
+
+Tensor make_tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Strides strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) KILN_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  return make_tensor(Storage::allocate(nbytes, device), dtype, shape, contiguous_strides(shape));
+}
+
+void check_defined(const Tensor& t, const char* op, const char* arg) {
+  KILN_CHECK(t.defined(), op, ": ", arg, " is an undefined tensor");
+}
+
+int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (impl_->shape[i] == 1) continue;
+    if (impl_->strides[i] != expected) return false;
+    expected *= impl_->shape[i];
+  }
+  return true;
+}
+
+Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t offset) const {
+  KILN_CHECK(shape.size() == strides.size(), "as_strided: shape ", shape, " and strides ", strides,
+             " differ in length");
+  // Bounds: the furthest element must lie inside the storage.
+  if (shape_numel(shape) > 0) {
+    int64_t last = offset;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      KILN_CHECK(strides[i] >= 0, "as_strided: negative stride ", strides[i], " in ", strides);
+      last += (shape[i] - 1) * strides[i];
+    }
+    KILN_CHECK(offset >= 0 && static_cast<size_t>(last + 1) * element_size() <= storage()->nbytes(),
+               "as_strided: shape ", shape, " strides ", strides, " offset ", offset, " reach element ", last,
+               " but the storage holds ", storage()->nbytes() / element_size(), " elements");
+  }
+  Tensor out = make_tensor(storage(), dtype(), shape, strides, offset);
+  return out;
+}
+
+// The strides that let `shape` view memory laid out as (old_shape, old_strides), if any.
+// Old dims are grouped into runs that are contiguous with each other ("chunks"); each new dim
+// must then fall inside one chunk, taking its stride from the chunk's innermost stride.
+static std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& shape) {
+  if (shape_numel(old_shape) == 0) return contiguous_strides(shape);
+  struct Chunk { int64_t numel, inner_stride; };
+  std::vector<Chunk> chunks;  // innermost first
+  for (int64_t d = old_shape.ndim() - 1; d >= 0; --d) {
+    if (old_shape[d] == 1) continue;
+    if (!chunks.empty() && old_strides[d] == chunks.back().numel * chunks.back().inner_stride)
+      chunks.back().numel *= old_shape[d];
+    else
+      chunks.push_back({old_shape[d], old_strides[d]});
+  }
+  Strides st(shape.size());
+  size_t c = 0;
+  int64_t filled = 1;  // product of new dims placed in chunk c so far
+  for (int64_t d = shape.ndim() - 1; d >= 0; --d) {
+    if (shape[d] == 1) {
+      st[d] = c < chunks.size() ? filled * chunks[c].inner_stride : 1;
+      continue;
+    }
+    if (c >= chunks.size()) return std::nullopt;
+    st[d] = filled * chunks[c].inner_stride;
+    filled *= shape[d];
+    if (filled > chunks[c].numel || chunks[c].numel % filled != 0) return std::nullopt;
+    if (filled == chunks[c].numel) { ++c; filled = 1; }
+  }
+  if (c != chunks.size()) return std::nullopt;
+  return st;
+}
+
+static Shape infer_shape(const Shape& shape, int64_t numel, const Shape& from, const char* op) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      KILN_CHECK(infer < 0, op, ": only one dim can be -1 in ", shape);
+      infer = static_cast<int64_t>(i);
+    } else {
+      KILN_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in ", shape);
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    KILN_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input of shape ", from,
+               " (", numel, " elements)");
+    out[infer] = numel / known;
+  }
+  KILN_CHECK(shape_numel(out) == numel, op, ": shape ", shape, " is invalid for input of shape ", from, " (",
+             numel, " elements)");
+  return out;
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  Shape s = infer_shape(shape, numel(), this->shape(), "view");
+  auto st = view_strides(this->shape(), strides(), s);
+  KILN_CHECK(st.has_value(), "view: cannot view a tensor of shape ", this->shape(), " and strides ", strides(),
+             " as ", s, " without a copy; use reshape()");
+  return make_tensor(storage(), dtype(), s, *st, offset());
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  Shape s = infer_shape(shape, numel(), this->shape(), "reshape");
+  if (auto st = view_strides(this->shape(), strides(), s)) return make_tensor(storage(), dtype(), s, *st, offset());
+  return contiguous().view(s);
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  int64_t a = wrap_dim(dim0, dim(), "transpose"), b = wrap_dim(dim1, dim(), "transpose");
+  Shape s = shape();
+  Strides st = strides();
+  if (dim() == 0) return *this;
+  std::swap(s[a], s[b]);
+  std::swap(st[a], st[b]);
+  return make_tensor(storage(), dtype(), s, st, offset());
+}
+
+Tensor Tensor::permute(const Shape& dims) const {
+  KILN_CHECK(dims.ndim() == dim(), "permute: got ", dims.size(), " dims ", dims, " for a tensor of ", dim(),
+             " dims");
+  Shape s(dims.size());
+  Strides st(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = wrap_dim(dims[i], dim(), "permute");
+    KILN_CHECK(!seen[d], "permute: dim ", d, " repeats in ", dims);
+    seen[d] = true;
+    s[i] = shape()[d];
+    st[i] = strides()[d];
+  }
+  return make_tensor(storage(), dtype(), s, st, offset());
+}
+
+Tensor Tensor::t() const {
+  KILN_CHECK(dim() <= 2, "t: expected a tensor of at most 2 dims, got shape ", shape());
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  d = wrap_dim(d, dim(), "slice");
+  KILN_CHECK(step > 0, "slice: step must be positive, got ", step);
+  int64_t n = shape()[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape s = shape();
+  Strides st = strides();
+  s[d] = (end - start + step - 1) / step;
+  st[d] *= step;
+  return make_tensor(storage(), dtype(), s, st, offset() + start * strides()[d]);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = wrap_dim(d, dim(), "narrow");
+  int64_t n = shape()[d];
+  if (start < 0) start += n;
+  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ", start + length,
+             ") is out of bounds for dim ", d, " of size ", n, " (shape ", shape(), ")");
+  return slice(d, start, start + length);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  d = wrap_dim(d, dim(), "select");
+  int64_t n = shape()[d];
+  KILN_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n,
+             " (shape ", shape(), ")");
+  if (index < 0) index += n;
+  Shape s = shape();
+  Strides st = strides();
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return make_tensor(storage(), dtype(), s, st, offset() + index * strides()[d]);
+}
+
+Tensor Tensor::expand(const Shape& shape) const {
+  KILN_CHECK(shape.ndim() >= dim(), "expand: target shape ", shape, " has fewer dims than the tensor's ",
+             this->shape());
+  Shape s(shape.size());
+  Strides st(shape.size());
+  int64_t lead = shape.ndim() - dim();
+  for (int64_t i = 0; i < shape.ndim(); ++i) {
+    if (i < lead) {
+      KILN_CHECK(shape[i] >= 0, "expand: invalid size ", shape[i], " in ", shape);
+      s[i] = shape[i];
+      st[i] = 0;
+      continue;
+    }
+    int64_t have = this->shape()[i - lead];
+    int64_t want = shape[i] == -1 ? have : shape[i];
+    KILN_CHECK(want == have || have == 1, "expand: cannot expand shape ", this->shape(), " to ", shape, " (dim ",
+               i, ": ", have, " to ", want, ")");
+    s[i] = want;
+    st[i] = want == have ? strides()[i - lead] : 0;
+  }
+  return make_tensor(storage(), dtype(), s, st, offset());
+}
+
+Tensor Tensor::squeeze() const {
+  Shape s;
+  Strides st;
+  for (int64_t i = 0; i < dim(); ++i)
+    if (shape()[i] != 1) {
+      s.push_back(shape()[i]);
+      st.push_back(strides()[i]);
+    }
+  return make_tensor(storage(), dtype(), s, st, offset());
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  d = wrap_dim(d, dim(), "squeeze");
+  if (dim() == 0 || shape()[d] != 1) return make_tensor(storage(), dtype(), shape(), strides(), offset());
+  Shape s = shape();
+  Strides st = strides();
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return make_tensor(storage(), dtype(), s, st, offset());
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "unsqueeze");
+  Shape s = shape();
+  Strides st = strides();
+  int64_t stride = d < dim() ? strides()[d] * shape()[d] : 1;
+  s.insert(s.begin() + d, 1);
+  st.insert(st.begin() + d, stride);
+  return make_tensor(storage(), dtype(), s, st, offset());
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  int64_t a = wrap_dim(start_dim, dim(), "flatten"), b = wrap_dim(end_dim, dim(), "flatten");
+  KILN_CHECK(a <= b, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
+  Shape s(shape().begin(), shape().begin() + a);
+  int64_t n = 1;
+  for (int64_t i = a; i <= b; ++i) n *= shape()[i];
+  s.push_back(n);
+  s.insert(s.end(), shape().begin() + b + 1, shape().end());
+  return reshape(s);
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), dtype(), device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(DType dt) const {
+  if (dt == dtype()) return *this;
+  Tensor out = empty(shape(), dt, device());
+  out.copy_(*this);
+  return out;
+}
+
+double Tensor::item() const {
+  KILN_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape());
+  Tensor c = to(Device::cpu()).to(DType::f64);
+  return *static_cast<const double*>(c.data_ptr());
+}
+
+}  // namespace kiln

@@ -1,0 +1,126 @@
+// Tensor: a shared handle over Storage with shape, strides (in elements) and an offset.
+// Copy semantics: copying a Tensor aliases the same TensorImpl (like torch::Tensor); views made
+// by reshape/transpose/slice/expand/... share the Storage but have their own TensorImpl.
+// Data-changing ops live in kiln::ops (core/ops/*.h); the differentiable API is autograd's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <kiln/core/device.h>
+#include <kiln/core/dtype.h>
+#include <kiln/core/error.h>
+#include <kiln/core/shape.h>
+#include <kiln/core/storage.h>
+
+namespace kiln {
+
+struct AutogradMeta;  // defined by autograd/; core only carries the pointer
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::f32;
+  std::shared_ptr<AutogradMeta> autograd;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // Metadata.
+  const Shape& shape() const { return impl_->shape; }
+  const Strides& strides() const { return impl_->strides; }
+  int64_t dim() const { return impl_->shape.ndim(); }
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return shape_numel(impl_->shape); }
+  int64_t offset() const { return impl_->offset; }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->storage->device(); }
+  size_t element_size() const { return dtype_size(impl_->dtype); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+
+  // Pointer to the first element (storage base + offset).
+  void* data_ptr() const {
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(element_size());
+  }
+  template <class T>
+  T* data() const {
+    KILN_CHECK(dtype_of<T> == dtype(), "data<", dtype_name(dtype_of<T>), ">() called on a ", dtype(), " tensor");
+    return static_cast<T*>(data_ptr());
+  }
+
+  // Views: no copy; the result shares storage with *this.
+  Tensor view(const Shape& shape) const;  // -1 infers one dim; fails if the strides do not allow it
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a contiguous copy
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor permute(const Shape& dims) const;
+  Tensor t() const;  // 2-D transpose
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python-like clamping
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;  // -1 keeps a dim; broadcast dims get stride 0
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor as_strided(const Shape& shape, const Strides& strides, int64_t offset) const;
+
+  // Copies.
+  Tensor contiguous() const;  // *this when already contiguous
+  Tensor clone() const;       // always a fresh contiguous copy
+  Tensor to(DType dtype) const;    // *this when already that dtype
+  Tensor to(Device device) const;  // *this when already there
+  Tensor to(Device device, DType dtype) const { return to(device).to(dtype); }
+  Tensor& copy_(const Tensor& src);  // src broadcast to this shape, converted to this dtype
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+
+  // The single element of a one-element tensor, converted.
+  double item() const;
+  template <class T>
+  T item() const { return static_cast<T>(item()); }
+  // All elements in logical (row-major) order, converted to T.
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  std::string str() const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Makes a tensor header over `storage` (used by factories and kernels).
+Tensor make_tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Strides strides, int64_t offset = 0);
+// A fresh contiguous tensor with uninitialised contents.
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+
+// Raises "<op>: expected a tensor on <device>" style errors; used by ops fronts.
+void check_defined(const Tensor& t, const char* op, const char* arg = "input");
+
+}  // namespace kiln
+
+namespace kiln {
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(Device::cpu()).to(dtype_of<T>).contiguous();
+  const T* p = c.data<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+}  // namespace kiln

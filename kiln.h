@@ -1,0 +1,4 @@
+// Kiln for embedders: #include <kiln/kiln.h> and link kiln::kiln.
+#pragma once
+
+#include <kiln/core/core.h>

@@ -1,0 +1,127 @@
+// Shared test helpers: seeded random inputs (never all zeros), an independent element reader
+// (strides walked by hand, not through Kiln's copy kernels), tolerance per dtype, closeness checks
+// that print the first mismatch, and error-message assertions.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+namespace kiln::test {
+
+// Exit 77 (CTest: skipped) when there is no usable CUDA device.
+inline void require_cuda() {
+  if (!cuda::is_available()) {
+    std::printf("SKIPPED: no usable CUDA device (%s)\n", cuda::build_info().c_str());
+    std::exit(77);
+  }
+}
+
+// Uniform in [lo, hi) from a seeded generator, in any dtype (integers are rounded).
+inline Tensor random(const Shape& shape, DType dtype = DType::f32, uint64_t seed = 1, double lo = -2.0,
+                     double hi = 2.0) {
+  Generator g(seed);
+  Tensor u = rand(shape, g, DType::f64);
+  double* p = u.data<double>();
+  for (int64_t i = 0; i < u.numel(); ++i) {
+    p[i] = lo + (hi - lo) * p[i];
+    if (!is_floating(dtype)) p[i] = std::floor(p[i]);
+  }
+  return u.to(dtype);
+}
+
+// Visits every multi-index of `shape` in row-major order.
+inline void for_each_index(const Shape& shape, const std::function<void(const std::vector<int64_t>&)>& fn) {
+  int64_t n = shape_numel(shape);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t k = 0; k < n; ++k) {
+    fn(idx);
+    for (int64_t d = shape.ndim() - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// Element at `idx` of a CPU tensor, read through its strides, as double.
+inline double at(const Tensor& t, const std::vector<int64_t>& idx) {
+  int64_t off = t.offset();
+  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
+  const char* base = static_cast<const char*>(t.storage()->data()) + off * int64_t(t.element_size());
+  switch (t.dtype()) {
+    case DType::f32: return *reinterpret_cast<const float*>(base);
+    case DType::f64: return *reinterpret_cast<const double*>(base);
+    case DType::bf16: return float(*reinterpret_cast<const BFloat16*>(base));
+    case DType::f16: return float(*reinterpret_cast<const Half*>(base));
+    case DType::i64: return double(*reinterpret_cast<const int64_t*>(base));
+    case DType::i32: return *reinterpret_cast<const int32_t*>(base);
+    case DType::u8: return *reinterpret_cast<const uint8_t*>(base);
+    case DType::b8: return *reinterpret_cast<const bool*>(base) ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+// All elements in row-major order via at().
+inline std::vector<double> values(const Tensor& t) {
+  std::vector<double> out;
+  out.reserve(t.numel());
+  Tensor c = t.to(Device::cpu());
+  for_each_index(c.shape(), [&](const std::vector<int64_t>& i) { out.push_back(at(c, i)); });
+  return out;
+}
+
+// Relative tolerance per dtype (the computation's rounding, not the reference's).
+inline double rtol_for(DType t) {
+  switch (t) {
+    case DType::f64: return 1e-12;
+    case DType::f32: return 1e-5;
+    case DType::bf16: return 1e-2;
+    case DType::f16: return 2e-3;
+    default: return 0;
+  }
+}
+
+// |a - e| <= atol + rtol * |e| everywhere (NaN matches NaN); reports the first mismatch.
+inline void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol,
+                        double atol, const std::string& what = "") {
+  REQUIRE_MESSAGE(actual.size() == expected.size(), what, ": ", actual.size(), " values vs ", expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    double a = actual[i], e = expected[i];
+    bool ok = (std::isnan(a) && std::isnan(e)) || (a == e) || std::fabs(a - e) <= atol + rtol * std::fabs(e);
+    if (!ok) {
+      FAIL_CHECK(what, ": element ", i, " is ", a, ", expected ", e, " (rtol ", rtol, ", atol ", atol, ")");
+      return;
+    }
+  }
+  CHECK(true);
+}
+
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
+                        const std::string& what = "") {
+  check_close(values(actual), expected, rtol, atol, what);
+}
+
+}  // namespace kiln::test
+
+// The expression throws kiln::Error whose message contains every given substring.
+#define CHECK_ERROR_CONTAINS(expr, ...)                                                           \
+  do {                                                                                            \
+    bool kiln_threw_ = false;                                                                     \
+    try {                                                                                         \
+      (void)(expr);                                                                               \
+    } catch (const ::kiln::Error& e) {                                                            \
+      kiln_threw_ = true;                                                                         \
+      std::string kiln_msg_ = e.what();                                                           \
+      for (const char* s : {__VA_ARGS__})                                                         \
+        CHECK_MESSAGE(kiln_msg_.find(s) != std::string::npos, "message \"", kiln_msg_,            \
+                      "\" lacks \"", s, "\"");                                                    \
+    }                                                                                             \
+    CHECK_MESSAGE(kiln_threw_, #expr " did not throw kiln::Error");                               \
+  } while (0)
