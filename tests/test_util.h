@@ -88,6 +88,12 @@ inline double rtol_for(DType t) {
   }
 }
 
+// Exact reference values rounded to `dt` (so overflow to inf in f16 is expected, not an error).
+inline std::vector<double> rounded(const std::vector<double>& ref, DType dt) {
+  Tensor r = from_vector(ref, {static_cast<int64_t>(ref.size())}).to(dt);
+  return values(r);
+}
+
 // |a - e| <= atol + rtol * |e| everywhere (NaN matches NaN); reports the first mismatch.
 inline void check_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol,
                         double atol, const std::string& what = "") {

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds Kiln into build/ (Release, Ninja, ccache). Extra arguments go to CMake,
+# e.g. scripts/build.sh -DKILN_CUDA=OFF
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${KILN_BUILD_DIR:-$root/build}
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$build" -j "${KILN_JOBS:-$(nproc)}"

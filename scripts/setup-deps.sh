@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what Kiln needs on Debian bookworm, quietly, and only what is missing (idempotent).
+# The CUDA toolkit (nvcc, cuBLAS, cuDNN, NCCL) is optional and not installed here: when
+# /usr/local/cuda/bin/nvcc exists the build uses it, otherwise it builds the CPU backend only.
+set -euo pipefail
+
+pkgs=(build-essential cmake ninja-build ccache pkg-config
+      libeigen3-dev doctest-dev libgloo-dev libcli11-dev nlohmann-json3-dev
+      python3 python3-torch)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+echo "setup-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup-deps: done"
