@@ -11,7 +11,11 @@ namespace kiln::cpu {
 
 inline float exp_f32(float x) {
   float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
-  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  // Adding 1.5 * 2^23 rounds to the nearest integer n and leaves n in the low mantissa bits
+  // (std::floor / float->int conversions stop GCC from vectorizing the loop).
+  float z = xc * 1.44269504088896341f + 12582912.0f;
+  float n = z - 12582912.0f;
+  int32_t ni = std::bit_cast<int32_t>(z) - 0x4B400000;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.0f / 5040.0f;
@@ -22,10 +26,9 @@ inline float exp_f32(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t ni = static_cast<int32_t>(n);
-  int32_t n1 = ni / 2, n2 = ni - n1;
-  float s1 = std::bit_cast<float>((n1 + 127) << 23);
-  float s2 = std::bit_cast<float>((n2 + 127) << 23);
+  int32_t n1 = ni >> 1, n2 = ni - n1;  // n in [-150, 128]: both halves give normal scales
+  float s1 = std::bit_cast<float>((n1 + 127) * (1 << 23));
+  float s2 = std::bit_cast<float>((n2 + 127) * (1 << 23));
   float y = p * s1 * s2;
   return x != x ? x : y;  // NaN in, NaN out
 }

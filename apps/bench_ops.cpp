@@ -1,0 +1,120 @@
+// bench_ops: CPU f32 GEMM GFLOP/s and elementwise/softmax GB/s, Kiln and PyTorch side by side on
+// this machine (the PyTorch half is apps/bench_ops.py, run with the same sizes, thread count and
+// timing rule: median of at least 5 runs and 0.5 s, after 2 warm-ups). Prints the Kiln/PyTorch ratio.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+#ifndef KILN_BENCH_OPS_PY
+#define KILN_BENCH_OPS_PY "bench_ops.py"
+#endif
+
+using namespace kiln;
+
+namespace {
+
+double median_seconds(const std::function<void()>& fn) {
+  fn();
+  fn();
+  std::vector<double> times;
+  auto start = std::chrono::steady_clock::now();
+  auto since = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  while (times.size() < 5 || since(start) < 0.5) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    times.push_back(since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+std::string run_command(const std::string& cmd) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  KILN_CHECK(pipe != nullptr, "bench_ops: could not run ", cmd);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
+  return out;
+}
+
+struct Row {
+  std::string name, unit;
+  double kiln;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_ops: Kiln vs PyTorch CPU op throughput on this machine"};
+  int threads = num_threads();
+  int64_t elements = int64_t(1) << 24;
+  std::string gemm = "512,1024,2048", python = "/usr/bin/python3", script = KILN_BENCH_OPS_PY;
+  bool no_torch = false;
+  app.add_option("--threads", threads, "threads for both Kiln and PyTorch")->check(CLI::PositiveNumber);
+  app.add_option("--elements", elements, "elements for the elementwise and softmax benchmarks")->check(CLI::PositiveNumber);
+  app.add_option("--gemm", gemm, "comma-separated square GEMM sizes");
+  app.add_option("--python", python, "python with torch for the reference side");
+  app.add_option("--torch-script", script, "path to bench_ops.py");
+  app.add_flag("--no-torch", no_torch, "only run the Kiln side");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    set_num_threads(threads);
+    std::vector<Row> rows;
+    Generator g(0);
+    std::stringstream sizes(gemm);
+    for (std::string s; std::getline(sizes, s, ',');) {
+      if (s.empty()) continue;
+      int64_t n = std::stoll(s);
+      Tensor a = randn({n, n}, g), b = randn({n, n}, g);
+      double t = median_seconds([&] { ops::matmul(a, b); });
+      rows.push_back({"gemm_" + s, "GFLOP/s", 2.0 * n * n * n / t / 1e9});
+    }
+    int64_t n = elements;
+    Tensor x = randn({n}, g), y = randn({n}, g);
+    rows.push_back({"add", "GB/s", 12.0 * n / median_seconds([&] { ops::add(x, y); }) / 1e9});
+    rows.push_back({"mul_scalar", "GB/s", 8.0 * n / median_seconds([&] { ops::mul(x, 1.5); }) / 1e9});
+    rows.push_back({"exp", "GB/s", 8.0 * n / median_seconds([&] { ops::exp(x); }) / 1e9});
+    rows.push_back({"gelu_tanh", "GB/s", 8.0 * n / median_seconds([&] { ops::gelu_tanh(x); }) / 1e9});
+    Tensor s = x.view({n / 4096, 4096});
+    rows.push_back({"softmax", "GB/s", 8.0 * n / median_seconds([&] { ops::softmax(s, -1); }) / 1e9});
+
+    nlohmann::json ref;
+    if (!no_torch) {
+      std::string cmd = python + " " + script + " --threads " + std::to_string(threads) + " --elements " +
+                        std::to_string(elements) + " --gemm " + gemm;
+      std::string out = run_command(cmd);
+      try {
+        ref = nlohmann::json::parse(out);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_ops: the PyTorch side failed (%s); output: %s\n", cmd.c_str(), out.c_str());
+        return 1;
+      }
+    }
+    std::printf("bench_ops: %d thread(s), %lld elements; PyTorch %s\n", threads, static_cast<long long>(elements),
+                ref.contains("torch") ? ref["torch"].get<std::string>().c_str() : "(not run)");
+    std::printf("%-12s %-8s %10s %10s %8s\n", "op", "unit", "kiln", "pytorch", "ratio");
+    for (const Row& r : rows) {
+      if (ref.contains(r.name)) {
+        double t = ref[r.name].get<double>();
+        std::printf("%-12s %-8s %10.2f %10.2f %7.2fx\n", r.name.c_str(), r.unit.c_str(), r.kiln, t, r.kiln / t);
+      } else {
+        std::printf("%-12s %-8s %10.2f %10s %8s\n", r.name.c_str(), r.unit.c_str(), r.kiln, "-", "-");
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ops: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
