@@ -11,3 +11,4 @@
 #include <kiln/core/tensor.h>
 #include <kiln/core/cuda/runtime.h>
 #include <kiln/core/ops/ops.h>
+#include <kiln/core/io/safetensors.h>

@@ -2,3 +2,6 @@
 #pragma once
 
 #include <kiln/core/ops/elementwise.h>
+#include <kiln/core/ops/index.h>
+#include <kiln/core/ops/join.h>
+#include <kiln/core/ops/triangle.h>
