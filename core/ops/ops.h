@@ -3,3 +3,5 @@
 
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/matmul.h>
+#include <kiln/core/ops/window.h>
+#include <kiln/core/ops/conv.h>
