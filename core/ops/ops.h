@@ -5,3 +5,4 @@
 #include <kiln/core/ops/matmul.h>
 #include <kiln/core/ops/window.h>
 #include <kiln/core/ops/conv.h>
+#include <kiln/core/ops/pool.h>
