@@ -1,0 +1,258 @@
+// CPU matrix products over Eigen's GEMM. Operands are mapped in place (Eigen::Map with an outer
+// stride, row- or column-major) so transposed and sliced views cost no copy; the output is a fresh
+// contiguous row-major tensor written by one .noalias() product per matrix, with no temporaries.
+#include <kiln/core/ops/matmul.h>
+
+// GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include <kiln/core/factory.h>
+#include <kiln/core/ops/common.h>
+#include <kiln/core/parallel.h>
+
+namespace kiln::ops {
+
+namespace {
+
+using Eigen::Dynamic;
+
+// Note [GEMM threading]
+// A batch of small matrices is split over threads with parallel_for, one whole GEMM per
+// iteration; inside that OpenMP region Eigen sees omp_get_num_threads() > 1 and stays on one
+// thread, so nothing nests. Bigger matrices run one after another and Eigen threads each product
+// itself (Eigen::setNbThreads(num_threads())). Every matrix is computed by Eigen whole, so a
+// result depends on the thread count only as far as Eigen's own blocking does.
+constexpr double kSmallGemmWork = 128.0 * 128.0 * 128.0;  // M*N*K below which the batch is split
+
+// How Eigen sees one (rows, cols) operand: row-major (unit stride along a row) or column-major
+// (unit stride down a column, e.g. a transposed view), with the stride between rows/columns.
+struct MatLayout {
+  int64_t rows = 0, cols = 0;
+  bool row_major = true;
+  int64_t outer = 1;
+};
+
+// The layout for strides (rs, cs), or nullopt when neither is a unit stride or rows overlap
+// (broadcast rows): such an operand is copied to contiguous first.
+std::optional<MatLayout> eigen_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if (cs == 1 || cols == 1) {
+    int64_t outer = rows == 1 ? cols : rs;
+    if (outer >= cols) return MatLayout{rows, cols, true, std::max<int64_t>(outer, 1)};
+  }
+  if (rs == 1 || rows == 1) {
+    int64_t outer = cols == 1 ? rows : cs;
+    if (outer >= rows) return MatLayout{rows, cols, false, std::max<int64_t>(outer, 1)};
+  }
+  return std::nullopt;
+}
+
+std::optional<MatLayout> eigen_layout(const Tensor& t) {  // the last two dims of t
+  const int64_t nd = t.dim();
+  return eigen_layout(t.shape()[nd - 2], t.shape()[nd - 1], t.strides()[nd - 2], t.strides()[nd - 1]);
+}
+
+// t itself when Eigen can map its matrices, else a contiguous copy.
+Tensor mappable(const Tensor& t) { return eigen_layout(t) ? t : t.contiguous(); }
+
+template <class T, int Order>
+using ConstMatMap = Eigen::Map<const Eigen::Matrix<T, Dynamic, Dynamic, Order>, 0, Eigen::OuterStride<>>;
+
+template <class T, class F>
+void with_eigen_map(const T* p, const MatLayout& l, F&& f) {
+  if (l.row_major)
+    f(ConstMatMap<T, Eigen::RowMajor>(p, l.rows, l.cols, Eigen::OuterStride<>(l.outer)));
+  else
+    f(ConstMatMap<T, Eigen::ColMajor>(p, l.rows, l.cols, Eigen::OuterStride<>(l.outer)));
+}
+
+// c (la.rows, lb.cols), contiguous row-major: c = a @ b, or c += a @ b when accumulating.
+template <class T>
+void gemm(const T* a, const MatLayout& la, const T* b, const MatLayout& lb, T* c, bool accumulate) {
+  Eigen::Map<Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>> C(c, la.rows, lb.cols);
+  with_eigen_map(a, la, [&](const auto& A) {
+    with_eigen_map(b, lb, [&](const auto& B) {
+      if (accumulate)
+        C.noalias() += A * B;
+      else
+        C.noalias() = A * B;
+    });
+  });
+}
+
+// When b is one matrix for the whole batch and a's batch and row dims merge into a single strided
+// dim, the batch is one (B*M, K) GEMM: returns a's row stride then.
+std::optional<int64_t> folded_row_stride(const Tensor& a, const Tensor& b) {
+  const int64_t nd = a.dim();
+  for (int64_t d = 0; d < nd - 2; ++d)
+    if (b.shape()[d] != 1 && b.strides()[d] != 0) return std::nullopt;
+  const int64_t k = a.shape()[nd - 1];
+  if (k != 1 && a.strides()[nd - 1] != 1) return std::nullopt;
+  int64_t size = 1, stride = k;  // the merged dim; a single row's stride does not matter
+  bool any = false;
+  for (int64_t d = nd - 2; d >= 0; --d) {
+    const int64_t n = a.shape()[d], s = a.strides()[d];
+    if (n == 1) continue;
+    if (!any) {
+      size = n;
+      stride = s;
+      any = true;
+      continue;
+    }
+    if (s != stride * size) return std::nullopt;
+    size *= n;
+  }
+  if (size > 1 && stride < k) return std::nullopt;
+  return stride;
+}
+
+// a (batch..., M, K) and b (batch..., K, N) expanded to one batch shape, in T; out (batch..., M, N)
+// fresh contiguous T; bias (N) contiguous T or undefined.
+template <class T>
+void batched_product(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
+  const int64_t nd = out.dim();
+  const int64_t m = a.shape()[nd - 2], k = a.shape()[nd - 1], n = b.shape()[nd - 1];
+  T* c = out.data<T>();
+  const int64_t rows = out.numel() / std::max<int64_t>(n, 1);
+  if (out.numel() == 0) return;
+  if (bias.defined()) {
+    const T* pb = bias.data<T>();
+    for (int64_t r = 0; r < rows; ++r) std::copy(pb, pb + n, c + r * n);
+  } else if (k == 0) {
+    std::fill(c, c + out.numel(), T(0));
+  }
+  if (k == 0) return;
+  const bool accumulate = bias.defined();
+  const MatLayout lb = *eigen_layout(b);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  Eigen::setNbThreads(num_threads());  // see Note [GEMM threading]
+
+  if (auto rs = folded_row_stride(a, b)) {
+    gemm<T>(pa, MatLayout{rows, k, true, std::max(*rs, k)}, pb, lb, c, accumulate);
+    return;
+  }
+  const MatLayout la = *eigen_layout(a);
+  const Shape batch(out.shape().begin(), out.shape().end() - 2);
+  const int64_t count = shape_numel(batch);
+  std::vector<int64_t> off_a(count), off_b(count), idx(batch.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t oa = 0, ob = 0;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      oa += idx[d] * a.strides()[d];
+      ob += idx[d] * b.strides()[d];
+    }
+    off_a[i] = oa;
+    off_b[i] = ob;
+    for (int64_t d = batch.ndim() - 1; d >= 0; --d) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  auto one = [&](int64_t i) { gemm<T>(pa + off_a[i], la, pb + off_b[i], lb, c + i * m * n, accumulate); };
+  const double work = double(m) * double(n) * double(k);
+  if (count > 1 && work < kSmallGemmWork) {
+    const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(double(kGrainSize) / work));
+    parallel_for(0, count, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < count; ++i) one(i);
+  }
+}
+
+void check_operands(const char* op, const Tensor& a, const Tensor& b) {
+  check_cpu(op, {&a, &b});
+  KILN_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), op,
+             ": expected floating-point operands (f32, f64, bf16, f16), got ", a.dtype(), " and ", b.dtype(),
+             "; convert integer tensors with .to(DType::f32)");
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": expected operands of one dtype, got ", a.dtype(), " and ", b.dtype());
+}
+
+// a2 (..., M, K) @ b2 (..., K, N) with broadcast batch dims (+ bias (N)): (batch..., M, N) in a2's
+// dtype. `a_shape`/`b_shape` are the caller's shapes, for the error message.
+Tensor product(const char* op, const Tensor& a2, const Tensor& b2, const Tensor& bias, const Shape& a_shape,
+               const Shape& b_shape) {
+  const int64_t da = a2.dim(), db = b2.dim();
+  const int64_t m = a2.shape()[da - 2], k = a2.shape()[da - 1], n = b2.shape()[db - 1];
+  KILN_CHECK(b2.shape()[db - 2] == k, op, ": inner dimensions do not match: ", a_shape, " @ ", b_shape, " (",
+             k, " vs ", b2.shape()[db - 2], ")");
+  const Shape batch = broadcast_shapes(Shape(a2.shape().begin(), a2.shape().end() - 2),
+                                       Shape(b2.shape().begin(), b2.shape().end() - 2), op);
+  const DType dt = a2.dtype();
+  const DType ct = dt == DType::f64 ? DType::f64 : DType::f32;  // 16-bit: f32, rounded once at the end
+  auto full_shape = [&](int64_t r, int64_t c) {
+    Shape s = batch;
+    s.push_back(r);
+    s.push_back(c);
+    return s;
+  };
+  // Convert and fix the layout before expanding, so broadcast batches are never materialised.
+  const Tensor a = mappable(a2.to(ct)).expand(full_shape(m, k));
+  const Tensor b = mappable(b2.to(ct)).expand(full_shape(k, n));
+  const Tensor bc = bias.defined() ? bias.to(ct).contiguous() : Tensor();
+  Tensor out = empty(full_shape(m, n), ct);
+  if (ct == DType::f64)
+    batched_product<double>(a, b, out, bc);
+  else
+    batched_product<float>(a, b, out, bc);
+  return out.to(dt);
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_operands("matmul", a, b);
+  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim, got shapes ", a.shape(),
+             " and ", b.shape());
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;  // a row (1, K)
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;  // a column (K, 1)
+  Tensor out = product("matmul", a2, b2, Tensor(), a.shape(), b.shape());
+  Shape s(out.shape().begin(), out.shape().end() - 2);
+  if (a.dim() > 1) s.push_back(out.shape()[out.dim() - 2]);
+  if (b.dim() > 1) s.push_back(out.shape()[out.dim() - 1]);
+  return out.view(s);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_operands("bmm", a, b);
+  KILN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D operands (B, M, K) and (B, K, N), got shapes ",
+             a.shape(), " and ", b.shape());
+  KILN_CHECK(a.shape()[0] == b.shape()[0], "bmm: batch sizes differ: ", a.shape(), " and ", b.shape());
+  return product("bmm", a, b, Tensor(), a.shape(), b.shape());
+}
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_operands("mm", a, b);
+  KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D operands, got shapes ", a.shape(), " and ",
+             b.shape());
+  return product("mm", a, b, Tensor(), a.shape(), b.shape());
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_operands("linear", x, weight);
+  KILN_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ",
+             weight.shape());
+  KILN_CHECK(x.dim() >= 1, "linear: input must have at least 1 dim, got shape ", x.shape());
+  KILN_CHECK(x.shape().back() == weight.shape()[1], "linear: input's last dim ", x.shape().back(),
+             " does not match in_features ", weight.shape()[1], " (input ", x.shape(), ", weight ", weight.shape(),
+             ")");
+  if (bias.defined()) {
+    check_cpu("linear", {&bias});
+    KILN_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear: bias must have shape [",
+               weight.shape()[0], "], got ", bias.shape());
+    KILN_CHECK(bias.dtype() == x.dtype(), "linear: bias dtype ", bias.dtype(), " differs from the input's ",
+               x.dtype());
+  }
+  const Tensor x2 = x.dim() == 1 ? x.unsqueeze(0) : x;
+  Tensor out = product("linear", x2, weight.t(), bias, x.shape(), weight.shape());
+  return x.dim() == 1 ? out.squeeze(0) : out;
+}
+
+}  // namespace kiln::ops
