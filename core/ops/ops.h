@@ -2,3 +2,4 @@
 #pragma once
 
 #include <kiln/core/ops/elementwise.h>
+#include <kiln/core/ops/reduce.h>
