@@ -11,7 +11,11 @@ namespace kiln::cpu {
 
 inline float exp_f32(float x) {
   float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
-  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  // n = round(x / ln2) by the 1.5 * 2^23 shift, which also leaves n's bits in t: no float -> int
+  // conversion, which GCC does not vectorize under its default -ftrapping-math.
+  constexpr float kShift = 12582912.0f;
+  float t = xc * 1.44269504088896341f + kShift;
+  float n = t - kShift;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.0f / 5040.0f;
@@ -22,7 +26,7 @@ inline float exp_f32(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t ni = static_cast<int32_t>(n);
+  int32_t ni = std::bit_cast<int32_t>(t) - 0x4B400000;
   int32_t n1 = ni / 2, n2 = ni - n1;
   float s1 = std::bit_cast<float>((n1 + 127) << 23);
   float s2 = std::bit_cast<float>((n2 + 127) << 23);
