@@ -4,3 +4,4 @@
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/reduce.h>
 #include <kiln/core/ops/softmax.h>
+#include <kiln/core/ops/layer_norm.h>
