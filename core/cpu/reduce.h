@@ -1,0 +1,146 @@
+// CPU reduction drivers over a contiguous block viewed as (outer, n, inner), reducing n.
+// inner == 1 is a row reduction (each output reads one contiguous run); inner > 1 accumulates
+// whole rows into a run of outputs, so the inner loop is contiguous and vectorizes.
+//
+// Note [Deterministic reductions]
+// A run of n values is cut into kReduceBlock-sized blocks from its start; each block is reduced
+// with a fixed interleaving, and the block results are combined left to right. Blocks may run on
+// different threads (when there are fewer rows than threads), but the arithmetic never depends on
+// the split, so results are bitwise equal for any thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include <kiln/core/parallel.h>
+
+namespace kiln::cpu {
+
+inline constexpr int64_t kReduceBlock = 4096;    // values per block along a row
+inline constexpr int64_t kReduceColumns = 256;   // outputs per task in column reductions
+
+// Sum of f(p[i]) for i < n with 8 interleaved accumulators (a fixed order the compiler vectorizes).
+template <class Acc, class T, class F>
+inline Acc sum_run(const T* __restrict__ p, int64_t n, F f) {
+  Acc a[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += f(p[i + j]);
+  Acc s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  for (; i < n; ++i) s += f(p[i]);
+  return s;
+}
+
+// out[r] = combine(...combine(init, block(r, 0, len0)), block(r, kReduceBlock, len1)...) for
+// r < rows, where block(r, start, len) reduces values [start, start + len) of row r.
+template <class Acc, class Block, class Combine>
+void reduce_rows(int64_t rows, int64_t n, Acc init, Acc* out, Block block, Combine combine) {
+  const int64_t blocks = std::max<int64_t>(1, (n + kReduceBlock - 1) / kReduceBlock);
+  auto len = [&](int64_t b) { return std::min(kReduceBlock, n - b * kReduceBlock); };
+  if (rows >= num_threads() || blocks == 1) {
+    parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        Acc a = init;
+        for (int64_t b = 0; b < blocks; ++b) a = combine(a, block(r, b * kReduceBlock, len(b)));
+        out[r] = a;
+      }
+    });
+    return;
+  }
+  std::vector<Acc> part(static_cast<size_t>(rows * blocks));
+  parallel_for(0, rows * blocks, std::max<int64_t>(1, kGrainSize / kReduceBlock), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) part[t] = block(t / blocks, (t % blocks) * kReduceBlock, len(t % blocks));
+  });
+  for (int64_t r = 0; r < rows; ++r) {
+    Acc a = init;
+    for (int64_t b = 0; b < blocks; ++b) a = combine(a, part[r * blocks + b]);
+    out[r] = a;
+  }
+}
+
+// Calls column(o, i0, m) for runs of at most kReduceColumns outputs [o*inner + i0, + m), in
+// parallel; each output belongs to exactly one call, so the split never changes a result.
+template <class Column>
+void for_each_column_run(int64_t outer, int64_t n, int64_t inner, Column column) {
+  const int64_t chunks = (inner + kReduceColumns - 1) / kReduceColumns;
+  const int64_t work = std::max<int64_t>(1, n * std::min(inner, kReduceColumns));
+  parallel_for(0, outer * chunks, std::max<int64_t>(1, kGrainSize / work), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      int64_t i0 = (t % chunks) * kReduceColumns;
+      column(t / chunks, i0, std::min(kReduceColumns, inner - i0));
+    }
+  });
+}
+
+// out[o*inner + i] = sum over r < n of f(x[(o*n + r)*inner + i], o*inner + i).
+template <class Acc, class T, class F>
+void sum_reduce(const T* x, int64_t outer, int64_t n, int64_t inner, Acc* out, F f) {
+  if (inner == 1) {
+    reduce_rows<Acc>(
+        outer, n, Acc{}, out,
+        [&](int64_t r, int64_t start, int64_t len) {
+          return sum_run<Acc>(x + r * n + start, len, [&](T v) { return f(v, r); });
+        },
+        [](Acc a, Acc b) { return a + b; });
+    return;
+  }
+  for_each_column_run(outer, n, inner, [&](int64_t o, int64_t i0, int64_t m) {
+    Acc* __restrict__ a = out + o * inner + i0;
+    const int64_t k0 = o * inner + i0;
+    for (int64_t i = 0; i < m; ++i) a[i] = Acc{};
+    for (int64_t r = 0; r < n; ++r) {
+      const T* __restrict__ row = x + (o * n + r) * inner + i0;
+      for (int64_t i = 0; i < m; ++i) a[i] += f(row[i], k0 + i);
+    }
+  });
+}
+
+// The best value and its position along the reduced dim; index -1 marks "nothing yet".
+template <class C>
+struct Best {
+  C value{};
+  int64_t index = -1;
+};
+
+// Whether v replaces best: a NaN best is final, a NaN v wins, otherwise strictly better (so the
+// first position wins ties).
+template <bool Max, class C>
+inline bool replaces(C v, C best) {
+  if (best != best) return false;
+  return v != v || (Max ? v > best : v < best);
+}
+
+// out[o*inner + i] = the max (Max) or min over r < n of x[(o*n + r)*inner + i], as C; n >= 1.
+template <bool Max, class C, class T>
+void extremum_reduce(const T* x, int64_t outer, int64_t n, int64_t inner, Best<C>* out) {
+  if (inner == 1) {
+    reduce_rows<Best<C>>(
+        outer, n, Best<C>{}, out,
+        [&](int64_t r, int64_t start, int64_t len) {
+          const T* p = x + r * n + start;
+          Best<C> b{static_cast<C>(p[0]), start};
+          for (int64_t k = 1; k < len && b.value == b.value; ++k) {
+            C v = static_cast<C>(p[k]);
+            if (replaces<Max>(v, b.value)) b = {v, start + k};
+          }
+          return b;
+        },
+        [](Best<C> a, Best<C> b) { return (a.index < 0 || replaces<Max>(b.value, a.value)) ? b : a; });
+    return;
+  }
+  for_each_column_run(outer, n, inner, [&](int64_t o, int64_t i0, int64_t m) {
+    Best<C>* __restrict__ a = out + o * inner + i0;
+    const T* first = x + o * n * inner + i0;
+    for (int64_t i = 0; i < m; ++i) a[i] = {static_cast<C>(first[i]), 0};
+    for (int64_t r = 1; r < n; ++r) {
+      const T* __restrict__ row = x + (o * n + r) * inner + i0;
+      for (int64_t i = 0; i < m; ++i) {
+        C v = static_cast<C>(row[i]);
+        if (replaces<Max>(v, a[i].value)) a[i] = {v, r};
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu
