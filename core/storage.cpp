@@ -1,10 +1,11 @@
-// CPU allocator (64-byte aligned, so Eigen and vector loops see aligned rows) and Storage.
+// Storage and the per-device allocator registry (the CPU allocator is in cpu_allocator.cpp).
 #include <kiln/core/storage.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <new>
 
+#include <kiln/core/cpu_allocator.h>
 #include <kiln/core/cuda/runtime.h>
 #include <kiln/core/error.h>
 
@@ -12,21 +13,8 @@ namespace kiln {
 
 namespace {
 
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    size_t rounded = (nbytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    KILN_CHECK(p != nullptr, "out of CPU memory: failed to allocate ", nbytes, " bytes");
-    return p;
-  }
-  void deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
-};
-
 Allocator*& allocator_slot(DeviceType type) {
-  static CpuAllocator cpu;
-  static Allocator* slots[2] = {&cpu, nullptr};
+  static Allocator* slots[2] = {cpu_allocator(), nullptr};
   return slots[static_cast<int>(type)];
 }
 
