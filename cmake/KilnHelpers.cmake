@@ -7,6 +7,7 @@ function(kiln_add_library name)
   if(ARG_SOURCES)
     add_library(${target} STATIC ${ARG_SOURCES})
     target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+    target_compile_features(${target} PUBLIC cxx_std_20)  # Kiln's headers are C++20
     target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${KILN_INCLUDE_DIR}>
                                                 $<INSTALL_INTERFACE:include>)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
@@ -17,6 +18,7 @@ function(kiln_add_library name)
     # A folder whose issue has not landed yet: headers only.
     add_library(${target} INTERFACE)
     target_link_libraries(${target} INTERFACE ${ARG_DEPS})
+    target_compile_features(${target} INTERFACE cxx_std_20)
     target_include_directories(${target} INTERFACE $<BUILD_INTERFACE:${KILN_INCLUDE_DIR}>
                                                    $<INSTALL_INTERFACE:include>)
   endif()
