@@ -1,4 +1,5 @@
 // Kiln for embedders: #include <kiln/kiln.h> and link kiln::kiln.
 #pragma once
 
+#include <kiln/autograd/autograd.h>
 #include <kiln/core/core.h>

@@ -68,6 +68,8 @@ Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
   Tensor out = empty(shape(), dtype(), device);
   out.copy_(*this);
+  if (impl()->autograd && detail::autograd_derived_hook)
+    return detail::autograd_derived_hook(*this, out, {detail::Derivation::Kind::copy, nullptr});
   return out;
 }
 

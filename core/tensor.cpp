@@ -7,6 +7,21 @@
 
 namespace kiln {
 
+namespace detail {
+AutogradDerivedHook autograd_derived_hook = nullptr;
+}
+
+// Hands `out` to autograd when `in` carries autograd state; a no-op for plain tensors.
+template <class Replay>
+static Tensor derived(const Tensor& in, Tensor out, detail::Derivation::Kind kind, Replay&& replay) {
+  if (in.impl()->autograd == nullptr || detail::autograd_derived_hook == nullptr) [[likely]] return out;
+  return detail::autograd_derived_hook(in, std::move(out), {kind, std::forward<Replay>(replay)});
+}
+constexpr auto kView = detail::Derivation::Kind::view;
+constexpr auto kExpand = detail::Derivation::Kind::expand;
+constexpr auto kCopy = detail::Derivation::Kind::copy;
+constexpr auto kNoReplay = [](const Tensor& t) { return t; };
+
 Tensor make_tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Strides strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
@@ -54,8 +69,9 @@ Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t of
                "as_strided: shape ", shape, " strides ", strides, " offset ", offset, " reach element ", last,
                " but the storage holds ", storage()->nbytes() / element_size(), " elements");
   }
-  Tensor out = make_tensor(storage(), dtype(), shape, strides, offset);
-  return out;
+  int64_t rel = offset - this->offset();  // replayed relative to the input's own offset
+  return derived(*this, make_tensor(storage(), dtype(), shape, strides, offset), kView,
+                 [=](const Tensor& t) { return t.as_strided(shape, strides, t.offset() + rel); });
 }
 
 // The strides that let `shape` view memory laid out as (old_shape, old_strides), if any.
@@ -117,13 +133,16 @@ Tensor Tensor::view(const Shape& shape) const {
   auto st = view_strides(this->shape(), strides(), s);
   KILN_CHECK(st.has_value(), "view: cannot view a tensor of shape ", this->shape(), " and strides ", strides(),
              " as ", s, " without a copy; use reshape()");
-  return make_tensor(storage(), dtype(), s, *st, offset());
+  return derived(*this, make_tensor(storage(), dtype(), s, *st, offset()), kView,
+                 [s](const Tensor& t) { return t.view(s); });
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   Shape s = infer_shape(shape, numel(), this->shape(), "reshape");
-  if (auto st = view_strides(this->shape(), strides(), s)) return make_tensor(storage(), dtype(), s, *st, offset());
-  return contiguous().view(s);
+  if (auto st = view_strides(this->shape(), strides(), s))
+    return derived(*this, make_tensor(storage(), dtype(), s, *st, offset()), kView,
+                   [s](const Tensor& t) { return t.reshape(s); });
+  return contiguous().view(s);  // both steps record themselves
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
@@ -133,7 +152,8 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   if (dim() == 0) return *this;
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
-  return make_tensor(storage(), dtype(), s, st, offset());
+  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
+                 [a, b](const Tensor& t) { return t.transpose(a, b); });
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
@@ -149,7 +169,8 @@ Tensor Tensor::permute(const Shape& dims) const {
     s[i] = shape()[d];
     st[i] = strides()[d];
   }
-  return make_tensor(storage(), dtype(), s, st, offset());
+  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
+                 [dims](const Tensor& t) { return t.permute(dims); });
 }
 
 Tensor Tensor::t() const {
@@ -169,7 +190,8 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Strides st = strides();
   s[d] = (end - start + step - 1) / step;
   st[d] *= step;
-  return make_tensor(storage(), dtype(), s, st, offset() + start * strides()[d]);
+  return derived(*this, make_tensor(storage(), dtype(), s, st, offset() + start * strides()[d]), kView,
+                 [=](const Tensor& t) { return t.slice(d, start, end, step); });
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -191,7 +213,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   Strides st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return make_tensor(storage(), dtype(), s, st, offset() + index * strides()[d]);
+  return derived(*this, make_tensor(storage(), dtype(), s, st, offset() + index * strides()[d]), kView,
+                 [=](const Tensor& t) { return t.select(d, index); });
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
@@ -214,7 +237,7 @@ Tensor Tensor::expand(const Shape& shape) const {
     s[i] = want;
     st[i] = want == have ? strides()[i - lead] : 0;
   }
-  return make_tensor(storage(), dtype(), s, st, offset());
+  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kExpand, kNoReplay);
 }
 
 Tensor Tensor::squeeze() const {
@@ -225,17 +248,20 @@ Tensor Tensor::squeeze() const {
       s.push_back(shape()[i]);
       st.push_back(strides()[i]);
     }
-  return make_tensor(storage(), dtype(), s, st, offset());
+  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
+                 [](const Tensor& t) { return t.squeeze(); });
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
   d = wrap_dim(d, dim(), "squeeze");
-  if (dim() == 0 || shape()[d] != 1) return make_tensor(storage(), dtype(), shape(), strides(), offset());
   Shape s = shape();
   Strides st = strides();
-  s.erase(s.begin() + d);
-  st.erase(st.begin() + d);
-  return make_tensor(storage(), dtype(), s, st, offset());
+  if (dim() > 0 && shape()[d] == 1) {
+    s.erase(s.begin() + d);
+    st.erase(st.begin() + d);
+  }
+  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
+                 [d](const Tensor& t) { return t.squeeze(d); });
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -245,7 +271,8 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t stride = d < dim() ? strides()[d] * shape()[d] : 1;
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, stride);
-  return make_tensor(storage(), dtype(), s, st, offset());
+  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
+                 [d](const Tensor& t) { return t.unsqueeze(d); });
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -265,14 +292,14 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), device());
   out.copy_(*this);
-  return out;
+  return derived(*this, out, kCopy, kNoReplay);
 }
 
 Tensor Tensor::to(DType dt) const {
   if (dt == dtype()) return *this;
   Tensor out = empty(shape(), dt, device());
   out.copy_(*this);
-  return out;
+  return derived(*this, out, kCopy, kNoReplay);
 }
 
 double Tensor::item() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -100,11 +101,37 @@ class Tensor {
 
   std::string str() const;
 
+  // Autograd. Declared here so a PyTorch user finds them as methods; defined by kiln_autograd
+  // (autograd/tensor_methods.cpp), which every program linking kiln::kiln has. Core itself
+  // never calls them. See Note [Autograd and core views] in autograd/view_hook.cpp.
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool requires_grad = true);
+  bool is_leaf() const;  // no grad_fn: created by the user, or under no_grad, or detached
+  Tensor grad() const;   // the accumulated gradient of a leaf (undefined until a backward)
+  void set_grad(const Tensor& grad) const;  // replaces .grad; an undefined tensor clears it
+  Tensor detach() const;                    // same data, no history, requires_grad false
+  void retain_grad() const;                 // keep .grad on a non-leaf too
+  // Backpropagates from this tensor: `gradient` defaults to 1 for a one-element tensor.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+
  private:
   std::shared_ptr<TensorImpl> impl_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+namespace detail {
+// How a tensor derived by a core method (view, copy, cast) relates to its input, so autograd can
+// record it. `replay` re-applies a view to any tensor shaped like the input.
+struct Derivation {
+  enum class Kind { view, expand, copy } kind = Kind::view;
+  std::function<Tensor(const Tensor&)> replay;
+};
+// Installed by kiln_autograd the first time a tensor gets autograd state; core calls it only
+// for inputs that carry such state (impl()->autograd set), so plain tensors never pay for it.
+using AutogradDerivedHook = Tensor (*)(const Tensor& input, Tensor output, Derivation derivation);
+extern AutogradDerivedHook autograd_derived_hook;
+}  // namespace detail
 
 // Makes a tensor header over `storage` (used by factories and kernels).
 Tensor make_tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Strides strides, int64_t offset = 0);
