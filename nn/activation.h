@@ -1,0 +1,33 @@
+// Activation modules over the differentiable elementwise ops: GELU (exact or tanh
+// approximation) and ReLU.
+#pragma once
+
+#include <kiln/autograd/ops/elementwise.h>
+#include <kiln/nn/module.h>
+
+namespace kiln::nn {
+
+struct GELUOptions {
+  GeluApproximate approximate_ = GeluApproximate::none;
+  GELUOptions& approximate(GeluApproximate a) { approximate_ = a; return *this; }
+};
+
+class GELU : public Module {
+ public:
+  explicit GELU(const GELUOptions& opts = {}) : options(opts) {}
+  Tensor forward(const Tensor& x) { return kiln::gelu(x, options.approximate_); }
+  std::string name() const override { return "GELU"; }
+  std::string extra_repr() const override {
+    return options.approximate_ == GeluApproximate::tanh ? "approximate='tanh'" : "approximate='none'";
+  }
+
+  GELUOptions options;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) { return kiln::relu(x); }
+  std::string name() const override { return "ReLU"; }
+};
+
+}  // namespace kiln::nn

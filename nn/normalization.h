@@ -1,0 +1,77 @@
+// LayerNorm (over trailing dims) and BatchNorm2d (per channel of NCHW, with running statistics
+// as buffers running_mean, running_var and the i64 counter num_batches_tracked, as torch).
+#pragma once
+
+#include <cstdint>
+
+#include <kiln/core/shape.h>
+#include <kiln/nn/module.h>
+
+namespace kiln::nn {
+
+struct LayerNormOptions {
+  Shape normalized_shape_;
+  double eps_ = 1e-5;
+  bool elementwise_affine_ = true;
+  bool bias_ = true;
+
+  explicit LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+  LayerNormOptions& eps(double e) { eps_ = e; return *this; }
+  LayerNormOptions& elementwise_affine(bool a) { elementwise_affine_ = a; return *this; }
+  LayerNormOptions& bias(bool b) { bias_ = b; return *this; }
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(const LayerNormOptions& options);
+  explicit LayerNorm(int64_t features) : LayerNorm(LayerNormOptions({features})) {}
+
+  // x (..., *normalized_shape) -> same shape.
+  Tensor forward(const Tensor& x);
+  void reset_parameters();
+
+  std::string name() const override { return "LayerNorm"; }
+  std::string extra_repr() const override;
+
+  LayerNormOptions options;
+  Tensor weight;  // normalized_shape, ones (undefined without elementwise_affine)
+  Tensor bias;    // normalized_shape, zeros (undefined without elementwise_affine or bias)
+};
+
+struct BatchNormOptions {
+  int64_t num_features_;
+  double eps_ = 1e-5;
+  double momentum_ = 0.1;
+  bool affine_ = true;
+  bool track_running_stats_ = true;
+
+  explicit BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
+  BatchNormOptions& eps(double e) { eps_ = e; return *this; }
+  BatchNormOptions& momentum(double m) { momentum_ = m; return *this; }
+  BatchNormOptions& affine(bool a) { affine_ = a; return *this; }
+  BatchNormOptions& track_running_stats(bool t) { track_running_stats_ = t; return *this; }
+};
+
+// Training: normalizes with the batch statistics and updates the running ones (momentum,
+// unbiased variance). Eval: normalizes with the running statistics (batch statistics when
+// track_running_stats is off).
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(const BatchNormOptions& options);
+  explicit BatchNorm2d(int64_t num_features) : BatchNorm2d(BatchNormOptions(num_features)) {}
+
+  // x (N, num_features, H, W) -> same shape.
+  Tensor forward(const Tensor& x);
+  void reset_running_stats();
+  void reset_parameters();
+
+  std::string name() const override { return "BatchNorm2d"; }
+  std::string extra_repr() const override;
+
+  BatchNormOptions options;
+  Tensor weight, bias;                 // (C): ones, zeros (undefined without affine)
+  Tensor running_mean, running_var;    // (C): zeros, ones (undefined without track_running_stats)
+  Tensor num_batches_tracked;          // 0-dim i64
+};
+
+}  // namespace kiln::nn

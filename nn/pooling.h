@@ -1,0 +1,50 @@
+// Pooling modules over NCHW: MaxPool2d (stride defaults to the kernel size, as torch) and
+// AdaptiveAvgPool2d (a fixed output size whatever the input size).
+#pragma once
+
+#include <optional>
+
+#include <kiln/autograd/ops/conv.h>
+#include <kiln/nn/module.h>
+
+namespace kiln::nn {
+
+struct MaxPool2dOptions {
+  Size2 kernel_size_;
+  std::optional<Size2> stride_;  // none: kernel_size
+  Size2 padding_{0};
+
+  MaxPool2dOptions(Size2 kernel_size) : kernel_size_(kernel_size) {}  // NOLINT: MaxPool2d(2)
+  MaxPool2dOptions& stride(Size2 s) { stride_ = s; return *this; }
+  MaxPool2dOptions& padding(Size2 p) { padding_ = p; return *this; }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(const MaxPool2dOptions& options);
+  // x (N, C, H, W) -> (N, C, OH, OW).
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+
+  MaxPool2dOptions options;
+};
+
+struct AdaptiveAvgPool2dOptions {
+  Size2 output_size_;
+  AdaptiveAvgPool2dOptions(Size2 output_size) : output_size_(output_size) {}  // NOLINT: AdaptiveAvgPool2d(1)
+  AdaptiveAvgPool2dOptions& output_size(Size2 s) { output_size_ = s; return *this; }
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(const AdaptiveAvgPool2dOptions& options);
+  // x (N, C, H, W) -> (N, C, output_size.h, output_size.w).
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "AdaptiveAvgPool2d"; }
+  std::string extra_repr() const override;
+
+  AdaptiveAvgPool2dOptions options;
+};
+
+}  // namespace kiln::nn
