@@ -59,6 +59,11 @@ TEST_CASE("cross_entropy: values match a plain loop for every reduction, ignore_
   test::check_close(cross_entropy(logits, ids(t2), opts), ce_reference(logits, t2, 1, 0.0, Reduction::mean), 1e-12,
                     1e-12, "ignore_index 1");
   CHECK(cross_entropy(logits, ids(t2), CrossEntropyOptions().reduction(Reduction::none)).shape() == Shape{5});
+  // Unbatched: logits (C) with a 0-dim target.
+  Tensor row = logits.select(0, 3);
+  Tensor one = cross_entropy(row, scalar_tensor(3, DType::i64), CrossEntropyOptions().reduction(Reduction::none));
+  CHECK(one.dim() == 0);
+  test::check_close(one, {ce_reference(logits, t, -100, 0, Reduction::none)[3]}, 1e-12, 1e-12, "unbatched");
 }
 
 TEST_CASE("cross_entropy: 3-D logits flatten to rows; f32 and i32 targets work") {
