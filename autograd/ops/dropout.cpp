@@ -1,0 +1,64 @@
+// Differentiable dropout. The keep mask comes from counter-based Philox draws: element i is kept
+// iff philox_uniform(seed, first + i) >= p, where `first` is reserved with gen.advance(numel), so
+// a generator with the same seed and offset gives the same mask on any thread count.
+#include <kiln/autograd/ops/functional.h>
+
+#include <cmath>
+
+#include <kiln/autograd/function.h>
+#include <kiln/core/factory.h>
+#include <kiln/core/ops/elementwise.h>
+#include <kiln/core/parallel.h>
+
+namespace kiln {
+
+namespace {
+
+// grad_in = g * mask, with the mask already holding 0 or 1/(1-p).
+class DropoutBackward final : public autograd::OpNode {
+ public:
+  Tensor mask;
+  std::string name() const override { return "DropoutBackward"; }
+  void release_saved() override { mask = Tensor(); }
+  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
+    if (!g[0].defined()) return {Tensor()};
+    return {input_grad(0, ops::mul(g[0], mask))};
+  }
+};
+
+// (x's shape) 0 or `scale` per element, f64 for f64 inputs and f32 otherwise.
+template <class T>
+Tensor make_mask(const Shape& shape, double p, double scale, uint64_t seed, uint64_t first) {
+  Tensor mask = empty(shape, dtype_of<T>);
+  T* m = mask.data<T>();
+  const T keep = static_cast<T>(scale);
+  parallel_for(0, mask.numel(), 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      m[i] = philox_uniform(seed, first + static_cast<uint64_t>(i)) >= p ? keep : T(0);
+  });
+  return mask;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  check_defined(x, "dropout");
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, got p = ", p);
+  KILN_CHECK(is_floating(x.dtype()), "dropout: expected a floating input, got ", x.dtype());
+  if (!training || p == 0.0) return x;
+  const uint64_t first = gen.advance(static_cast<uint64_t>(x.numel()));
+  const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
+  Tensor mask = x.dtype() == DType::f64 ? make_mask<double>(x.shape(), p, scale, gen.seed(), first)
+                                        : make_mask<float>(x.shape(), p, scale, gen.seed(), first);
+  mask = mask.to(x.device());
+  Tensor out = ops::mul(autograd::saved(x), mask).to(x.dtype());
+  if (auto node = autograd::make_node<DropoutBackward>({&x})) {
+    node->mask = mask;
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }
+
+}  // namespace kiln

@@ -1,0 +1,102 @@
+// Differentiable matrix products. One backward serves matmul, bmm and mm: 1-D operands are
+// promoted to matrices as in the forward, dA = g @ B^T and dB = A^T @ g are computed with the
+// raw kiln::ops::matmul, and batch dims that broadcasting added or expanded are summed back.
+#include <kiln/autograd/ops/matmul.h>
+
+#include <kiln/autograd/function.h>
+#include <kiln/core/ops/matmul.h>
+#include <kiln/core/ops/reduce.h>
+
+namespace kiln {
+
+using autograd::OpNode;
+using autograd::saved;
+
+namespace {
+
+// The last two dims swapped (a view).
+Tensor mT(const Tensor& t) { return t.transpose(t.dim() - 2, t.dim() - 1); }
+
+class MatmulBackward final : public OpNode {
+ public:
+  explicit MatmulBackward(const char* name) : name_(name) {}
+  Tensor a, b;  // a is kept only when b needs a gradient, and b only when a does
+  std::string name() const override { return name_; }
+  void release_saved() override { a = b = Tensor(); }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    const Tensor& g = grads[0];
+    if (!g.defined()) return {Tensor(), Tensor()};
+    // Promote 1-D operands (a row on the left, a column on the right) and give g back the dims
+    // the forward removed, so that everything below is a (batched) matrix product.
+    const Shape& a_shape = input_info[0].shape;
+    const Shape& b_shape = input_info[1].shape;
+    Tensor g2 = g;
+    if (b_shape.ndim() == 1) g2 = g2.unsqueeze(g2.dim());
+    if (a_shape.ndim() == 1) g2 = g2.unsqueeze(g2.dim() - 1);
+    Tensor ga, gb;
+    if (needs_input_grad(0)) {
+      Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+      ga = ops::matmul(g2, mT(b2));
+      ga = autograd::sum_to(ga, a_shape.ndim() == 1 ? Shape{1, a_shape[0]} : a_shape).reshape(a_shape);
+    }
+    if (needs_input_grad(1)) {
+      Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+      gb = ops::matmul(mT(a2), g2);
+      gb = autograd::sum_to(gb, b_shape.ndim() == 1 ? Shape{b_shape[0], 1} : b_shape).reshape(b_shape);
+    }
+    return {input_grad(0, ga), input_grad(1, gb)};
+  }
+
+ private:
+  const char* name_;
+};
+
+Tensor record_product(Tensor out, const char* name, const Tensor& a, const Tensor& b) {
+  if (auto node = autograd::make_node<MatmulBackward>({&a, &b}, name)) {
+    if (node->needs_input_grad(1)) node->a = saved(a);
+    if (node->needs_input_grad(0)) node->b = saved(b);
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+// x (..., in), weight (out, in), bias (out) or undefined.
+class LinearBackward final : public OpNode {
+ public:
+  Tensor x, weight;  // x is kept only when weight needs a gradient, weight only when x does
+  std::string name() const override { return "LinearBackward"; }
+  void release_saved() override { x = weight = Tensor(); }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    const Tensor& g = grads[0];  // (..., out)
+    if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
+    Tensor gx, gw, gb;
+    if (needs_input_grad(0)) gx = ops::matmul(g, weight);  // (..., in)
+    if (needs_input_grad(1)) {
+      // Every leading dim is a batch dim: fold them into rows and contract over them.
+      const Shape& w_shape = input_info[1].shape;
+      Tensor g2 = g.reshape({-1, w_shape[0]});  // (N, out)
+      Tensor x2 = x.reshape({-1, w_shape[1]});  // (N, in)
+      gw = ops::mm(g2.t(), x2);                     // (out, in)
+    }
+    if (needs_input_grad(2)) gb = g;  // summed over the leading dims by input_grad
+    return {input_grad(0, gx), input_grad(1, gw), input_grad(2, gb)};
+  }
+};
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return record_product(ops::matmul(a, b), "MatmulBackward", a, b); }
+Tensor bmm(const Tensor& a, const Tensor& b) { return record_product(ops::bmm(a, b), "BmmBackward", a, b); }
+Tensor mm(const Tensor& a, const Tensor& b) { return record_product(ops::mm(a, b), "MmBackward", a, b); }
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Tensor out = ops::linear(x, weight, bias);
+  if (auto node = autograd::make_node<LinearBackward>({&x, &weight, &bias})) {
+    if (node->needs_input_grad(1)) node->x = saved(x);
+    if (node->needs_input_grad(0)) node->weight = saved(weight);
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace kiln
