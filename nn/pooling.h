@@ -22,6 +22,7 @@ struct MaxPool2dOptions {
 class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(const MaxPool2dOptions& options);
+  explicit MaxPool2d(Size2 kernel_size) : MaxPool2d(MaxPool2dOptions(kernel_size)) {}
   // x (N, C, H, W) -> (N, C, OH, OW).
   Tensor forward(const Tensor& x);
   std::string name() const override { return "MaxPool2d"; }
@@ -39,6 +40,7 @@ struct AdaptiveAvgPool2dOptions {
 class AdaptiveAvgPool2d : public Module {
  public:
   explicit AdaptiveAvgPool2d(const AdaptiveAvgPool2dOptions& options);
+  explicit AdaptiveAvgPool2d(Size2 output_size) : AdaptiveAvgPool2d(AdaptiveAvgPool2dOptions(output_size)) {}
   // x (N, C, H, W) -> (N, C, output_size.h, output_size.w).
   Tensor forward(const Tensor& x);
   std::string name() const override { return "AdaptiveAvgPool2d"; }
