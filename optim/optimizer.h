@@ -47,6 +47,8 @@ struct ParamGroup {
 // one, every state buffer the loaded hyper-parameters require, shapes, dtypes) before it changes
 // anything, so a rejected dict leaves the optimizer as it was. Loaded buffers are copied into
 // fresh tensors on the parameter's device: the optimizer never aliases the caller's tensors.
+// The other way round, state_dict()'s buffers ARE the live state (as in torch): write or clone
+// them before the next step() if a snapshot is wanted.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;

@@ -6,14 +6,26 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 using namespace kiln;
 
 namespace {
 
+// A per-process scratch directory, removed when the test program exits.
+struct ScratchDir {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kiln_optim_ckpt_" + std::to_string(::getpid()));
+  ScratchDir() { std::filesystem::create_directories(dir); }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
 std::string tmp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("kiln_optim_ckpt_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static ScratchDir scratch;
+  return (scratch.dir / name).string();
 }
 
 struct Model {
