@@ -3,3 +3,4 @@
 
 #include <kiln/autograd/autograd.h>
 #include <kiln/core/core.h>
+#include <kiln/optim/optim.h>
