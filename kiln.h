@@ -4,3 +4,4 @@
 #include <kiln/autograd/autograd.h>
 #include <kiln/core/core.h>
 #include <kiln/nn/nn.h>
+#include <kiln/optim/optim.h>

@@ -1,0 +1,159 @@
+// AdamW: torch.optim.AdamW (1.13, single-tensor path) in one fused pass per parameter.
+// kiln::ops has no addcmul_/addcdiv_/sqrt_, and composing the update from out-of-place ops would
+// allocate three parameter-sized temporaries per step; this loop allocates none and performs
+// torch's operations in torch's order, each rounded to the parameter's dtype.
+#include <kiln/optim/adamw.h>
+
+#include <cmath>
+
+#include <kiln/autograd/grad_mode.h>
+#include <kiln/core/factory.h>
+#include <kiln/core/parallel.h>
+
+namespace kiln::optim {
+
+namespace {
+
+HyperParams to_hyper_params(const AdamWOptions& o) {
+  return {{"lr", o.lr()},
+          {"beta1", o.betas().first},
+          {"beta2", o.betas().second},
+          {"eps", o.eps()},
+          {"weight_decay", o.weight_decay()},
+          {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
+}
+
+AdamWOptions from_hyper_params(const HyperParams& hp) {
+  return AdamWOptions(hp.at("lr"))
+      .betas({hp.at("beta1"), hp.at("beta2")})
+      .eps(hp.at("eps"))
+      .weight_decay(hp.at("weight_decay"))
+      .amsgrad(hp.at("amsgrad") != 0.0);
+}
+
+// Per-step scalars, computed in double as torch does in Python, then rounded to T once.
+template <class T>
+struct Coeffs {
+  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps, neg_step_size;
+};
+
+// p, m (exp_avg), v (exp_avg_sq), vmax (max_exp_avg_sq, null without amsgrad): (n,) contiguous.
+template <class T>
+void adamw_update(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const Coeffs<T>& c) {
+  parallel_for(0, n, kGrainSize, [=, &c](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T gi = g[i];
+      p[i] = p[i] * c.decay;                                     // param.mul_(1 - lr * wd)
+      m[i] = m[i] * c.beta1 + c.one_minus_beta1 * gi;            // exp_avg.mul_(b1).add_(g, 1 - b1)
+      v[i] = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;       // exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)
+      T second = v[i];
+      if (vmax) {
+        vmax[i] = vmax[i] < v[i] || std::isnan(v[i]) ? v[i] : vmax[i];  // torch.maximum (NaN wins)
+        second = vmax[i];
+      }
+      const T denom = std::sqrt(second) / c.bias_correction2_sqrt + c.eps;
+      p[i] = p[i] + c.neg_step_size * m[i] / denom;             // param.addcdiv_(m, denom, -step_size)
+    }
+  });
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : Optimizer("AdamW") {
+  add_param_group(Group{std::move(params), options});
+}
+
+AdamW::AdamW(std::vector<Group> groups) : Optimizer("AdamW") {
+  KILN_CHECK(!groups.empty(), "AdamW: needs at least one parameter group");
+  for (Group& g : groups) add_param_group(std::move(g));
+}
+
+void AdamW::add_param_group(Group group) {
+  check_hyper_params(to_hyper_params(group.options));
+  add_params(std::move(group.params));
+  options_.push_back(group.options);
+}
+
+const AdamWOptions& AdamW::options(size_t group) const {
+  (void)params(group);
+  return options_[group];
+}
+
+void AdamW::set_options(size_t group, const AdamWOptions& options) {
+  (void)params(group);
+  check_hyper_params(to_hyper_params(options));
+  options_[group] = options;
+}
+
+HyperParams AdamW::hyper_params(size_t group) const { return to_hyper_params(options(group)); }
+
+void AdamW::set_hyper_params(size_t group, const HyperParams& values) {
+  options_[group] = from_hyper_params(values);
+}
+
+std::vector<std::string> AdamW::state_keys(const HyperParams& values) const {
+  if (values.at("amsgrad") != 0.0) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+void AdamW::check_hyper_params(const HyperParams& hp) const {
+  KILN_CHECK(hp.at("lr") >= 0.0, "AdamW: invalid learning rate ", hp.at("lr"), " (must be >= 0)");
+  KILN_CHECK(hp.at("eps") >= 0.0, "AdamW: invalid eps ", hp.at("eps"), " (must be >= 0)");
+  KILN_CHECK(hp.at("beta1") >= 0.0 && hp.at("beta1") < 1.0, "AdamW: invalid beta1 ", hp.at("beta1"),
+             " (must be in [0, 1))");
+  KILN_CHECK(hp.at("beta2") >= 0.0 && hp.at("beta2") < 1.0, "AdamW: invalid beta2 ", hp.at("beta2"),
+             " (must be in [0, 1))");
+  KILN_CHECK(hp.at("weight_decay") >= 0.0, "AdamW: invalid weight_decay ", hp.at("weight_decay"),
+             " (must be >= 0)");
+  KILN_CHECK(hp.at("amsgrad") == 0.0 || hp.at("amsgrad") == 1.0, "AdamW: amsgrad must be 0 or 1, got ",
+             hp.at("amsgrad"));
+}
+
+// torch.optim.AdamW, for each parameter p with gradient g, at step t (1-based):
+//   p *= 1 - lr * weight_decay
+//   m  = beta1 * m + (1 - beta1) * g            v = beta2 * v + (1 - beta2) * g * g
+//   vmax = max(vmax, v) and v := vmax           (amsgrad)
+//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps   (eps outside the square root)
+//   p -= lr / (1 - beta1^t) * m / denom
+void AdamW::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const AdamWOptions& o = options_[g];
+    const auto [beta1, beta2] = o.betas();
+    for (size_t i = 0; i < params(g).size(); ++i) {
+      Tensor grad = grad_for_update(g, i);
+      if (!grad.defined()) continue;
+      Tensor p = params(g)[i];
+      KILN_CHECK(p.device().is_cpu(), "AdamW: parameter ", i, " of group ", g, " is on ", p.device(),
+                 "; the fused AdamW update has a CPU kernel only");
+      ParamState& st = mutable_state(g, i);
+      if (st.step == 0) {
+        st.buffers["exp_avg"] = zeros(p.shape(), p.dtype());
+        st.buffers["exp_avg_sq"] = zeros(p.shape(), p.dtype());
+        if (o.amsgrad()) st.buffers["max_exp_avg_sq"] = zeros(p.shape(), p.dtype());
+      }
+      KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
+                 " has state from ", st.step, " steps without amsgrad; amsgrad cannot be switched on mid-run");
+      const double t = static_cast<double>(st.step + 1);
+      const double bias_correction1 = 1.0 - std::pow(beta1, t);
+      const double bias_correction2 = 1.0 - std::pow(beta2, t);
+      Tensor work = p.is_contiguous() ? p : p.contiguous();  // a copy only for a strided parameter
+      Tensor g_c = grad.contiguous();
+      auto run = [&]<class T>() {
+        Coeffs<T> c{T(1.0 - o.lr() * o.weight_decay()), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2),
+                    T(std::sqrt(bias_correction2)), T(o.eps()), T(-(o.lr() / bias_correction1))};
+        T* vmax = o.amsgrad() ? st.buffers.at("max_exp_avg_sq").data<T>() : nullptr;
+        adamw_update<T>(work.data<T>(), g_c.data<T>(), st.buffers.at("exp_avg").data<T>(),
+                        st.buffers.at("exp_avg_sq").data<T>(), vmax, p.numel(), c);
+      };
+      if (p.dtype() == DType::f64)
+        run.template operator()<double>();
+      else
+        run.template operator()<float>();
+      if (!work.is_same(p)) p.copy_(work);
+      ++st.step;
+    }
+  }
+}
+
+}  // namespace kiln::optim

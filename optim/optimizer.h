@@ -1,0 +1,110 @@
+// Optimizer: the base of SGD and AdamW (torch.optim.Optimizer). It owns parameter groups (tensors
+// plus typed hyper-parameters), lazily created per-parameter state, zero_grad, and a state_dict
+// that is a flat list of named tensors, so it can be written into a safetensors file as it is.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <kiln/core/tensor.h>
+
+namespace kiln::optim {
+
+// Named tensors in a fixed order: what state_dict() returns and what checkpoints store.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Hyper-parameters by name (bools as 0/1); how options cross state_dict().
+using HyperParams = std::map<std::string, double>;
+
+// State of one parameter: the number of updates it received (0 = no state yet) and its buffers
+// ("momentum_buffer", "exp_avg", ...), each shaped, typed and placed like the parameter.
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> buffers;
+};
+
+// A parameter group: tensors updated with one set of options (SGDOptions, AdamWOptions).
+template <class Options>
+struct ParamGroup {
+  std::vector<Tensor> params;
+  Options options;
+};
+
+// Note [Optimizer state_dict]
+// state_dict() is a list of named tensors; nothing else is needed to restore an optimizer that
+// was built with the same parameter groups (same sizes, shapes and dtypes):
+//   "param_groups.<g>.num_params"   0-dim i64: number of parameters in group g (checked on load)
+//   "param_groups.<g>.<name>"       0-dim f64: every hyper-parameter of group g (lr, weight_decay,
+//                                   momentum, beta1, ..., nesterov/amsgrad as 0/1, initial_lr
+//                                   once an LRScheduler recorded it)
+//   "state.<g>.<i>.step"            0-dim i64: updates applied to parameter i of group g
+//   "state.<g>.<i>.<key>"           that parameter's buffers, shape and dtype of the parameter
+// Parameters that never had a gradient have no "state.<g>.<i>.*" entries. load_state_dict
+// validates the whole dict (group count and sizes, every hyper-parameter present and no unknown
+// one, every state buffer the loaded hyper-parameters require, shapes, dtypes) before it changes
+// anything, so a rejected dict leaves the optimizer as it was. Loaded buffers are copied into
+// fresh tensors on the parameter's device: the optimizer never aliases the caller's tensors.
+// The other way round, state_dict()'s buffers ARE the live state (as in torch): write or clone
+// them before the next step() if a snapshot is wanted.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient, under NoGradGuard.
+  virtual void step() = 0;
+
+  // Clears every parameter's .grad (set_to_none, the torch 2.x default) or zeroes it in place.
+  void zero_grad(bool set_to_none = true);
+
+  size_t num_param_groups() const { return params_.size(); }
+  const std::vector<Tensor>& params(size_t group) const;
+  double lr(size_t group) const { return hyper_params(group).at("lr"); }
+  void set_lr(size_t group, double lr);
+  // The base lr an LRScheduler scales (torch's group["initial_lr"]); NaN until one records it.
+  double initial_lr(size_t group) const;
+  void set_initial_lr(size_t group, double lr);
+
+  // State of parameter `index` of `group` (step 0 and no buffers before its first update).
+  const ParamState& state(size_t group, size_t index) const;
+
+  NamedTensors state_dict() const;
+  // Throws kiln::Error naming the problem (and changes nothing) when `dict` does not fit.
+  void validate_state_dict(const NamedTensors& dict) const;
+  void load_state_dict(const NamedTensors& dict);
+
+  // The optimizer's name, for messages ("SGD", "AdamW").
+  const std::string& name() const { return name_; }
+
+ protected:
+  explicit Optimizer(std::string name) : name_(std::move(name)) {}
+
+  // Derived classes describe their hyper-parameters; the base stores and serialises them.
+  virtual HyperParams hyper_params(size_t group) const = 0;
+  // Called only with a map that holds exactly the names hyper_params() returns.
+  virtual void set_hyper_params(size_t group, const HyperParams& values) = 0;
+  // The buffers a parameter's state holds under the given hyper-parameters.
+  virtual std::vector<std::string> state_keys(const HyperParams& values) const = 0;
+  // Checks values a user may set (lr >= 0, betas in [0, 1), ...) naming the optimizer.
+  virtual void check_hyper_params(const HyperParams& values) const = 0;
+
+  // Registers a group's parameters (checks: defined, f32/f64, leaf, not already in a group).
+  void add_params(std::vector<Tensor> params);
+  ParamState& mutable_state(size_t group, size_t index);
+
+  // The gradient to apply to parameter (group, index), or an undefined tensor when it has none;
+  // checks the gradient's shape, dtype and device against the parameter's.
+  Tensor grad_for_update(size_t group, size_t index) const;
+
+ private:
+  std::string name_;
+  std::vector<std::vector<Tensor>> params_;
+  std::vector<std::vector<ParamState>> state_;  // parallel to params_
+  std::vector<double> initial_lr_;              // NaN: none recorded
+};
+
+}  // namespace kiln::optim
