@@ -12,14 +12,37 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_mode_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+static void add_input(OpNode& node, const Tensor& t) {
+  node.next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
+  node.input_info.push_back(t.defined() ? OpNode::InputInfo{t.shape(), t.dtype(), t.device()} : OpNode::InputInfo{});
+}
+
 void connect(OpNode& node, std::initializer_list<const Tensor*> inputs) {
   node.next_edges.clear();
   node.input_info.clear();
-  for (const Tensor* t : inputs) {
-    node.next_edges.push_back(t->defined() ? gradient_edge(*t) : Edge{});
-    node.input_info.push_back(t->defined() ? OpNode::InputInfo{t->shape(), t->dtype(), t->device()}
-                                           : OpNode::InputInfo{});
-  }
+  for (const Tensor* t : inputs) add_input(node, *t);
+}
+
+void connect(OpNode& node, const std::vector<Tensor>& inputs) {
+  node.next_edges.clear();
+  node.input_info.clear();
+  for (const Tensor& t : inputs) add_input(node, t);
+}
+
+std::vector<Tensor> LambdaNode::apply(std::vector<Tensor>&& grads) {
+  if (!grads[0].defined()) return std::vector<Tensor>(next_edges.size());
+  std::vector<Tensor> out = fn_(grads[0], *this);
+  KILN_ASSERT(out.size() == next_edges.size(), name_, " returned ", out.size(), " gradients for ",
+              next_edges.size(), " inputs");
+  for (size_t i = 0; i < out.size(); ++i) out[i] = input_grad(i, out[i]);
+  return out;
 }
 
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr) {

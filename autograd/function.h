@@ -11,8 +11,10 @@
 // reduced to the input's shape and dtype with Node::input_grad().
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include <kiln/autograd/grad_mode.h>
 #include <kiln/autograd/meta.h>
@@ -35,11 +37,29 @@ class OpNode : public Node {
   Tensor input_grad(size_t i, const Tensor& g) const;
 };
 
+// A node whose backward is a closure: fn(g, node) returns one gradient per input, which the node
+// then reduces with input_grad(). The closure owns what it saved (detached tensors only) and is
+// dropped by release_saved().
+class LambdaNode final : public OpNode {
+ public:
+  using Fn = std::function<std::vector<Tensor>(const Tensor& g, const OpNode& node)>;
+  LambdaNode(const char* name, Fn fn) : name_(name), fn_(std::move(fn)) {}
+  std::string name() const override { return name_; }
+  void release_saved() override { fn_ = nullptr; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
+
+ private:
+  const char* name_;
+  Fn fn_;
+};
+
 // True when grad mode is on and some input requires grad.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const std::vector<Tensor>& inputs);
 
 // Sets up node's edges and input info for `inputs` (undefined tensors get no edge).
 void connect(OpNode& node, std::initializer_list<const Tensor*> inputs);
+void connect(OpNode& node, const std::vector<Tensor>& inputs);
 
 template <class N, class... Args>
 std::shared_ptr<N> make_node(std::initializer_list<const Tensor*> inputs, Args&&... args) {
@@ -51,6 +71,17 @@ std::shared_ptr<N> make_node(std::initializer_list<const Tensor*> inputs, Args&&
 
 // Makes `out` output `output_nr` of `node`. `out` must be a fresh tensor (no history yet).
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
+
+// Records `out` = op(inputs) with a LambdaNode whose closure make_fn() builds (called only when a
+// gradient is needed, so nothing is saved otherwise). Returns `out`.
+template <class MakeFn>
+Tensor record(Tensor out, const char* name, const std::vector<Tensor>& inputs, MakeFn&& make_fn) {
+  if (!needs_grad(inputs)) return out;
+  auto node = std::make_shared<LambdaNode>(name, LambdaNode::Fn(make_fn()));
+  connect(*node, inputs);
+  set_history(out, node);
+  return out;
+}
 
 // A saved tensor: the same data without history (saving the tensor itself would form a cycle).
 inline Tensor saved(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }

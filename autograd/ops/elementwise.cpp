@@ -15,37 +15,20 @@ using autograd::saved;
 
 namespace {
 
-// A node whose backward is a function of (grad, saved tensors): one per op below.
+// The backward of one op: (grad, saved tensors, the op's scalar) -> one gradient per input.
 template <size_t N>
-class Saved final : public OpNode {
- public:
-  using Backward = std::vector<Tensor> (*)(const Tensor& g, const std::array<Tensor, N>& s, double scalar);
-  Saved(const char* name, Backward fn, double scalar = 0.0) : name_(name), fn_(fn), scalar_(scalar) {}
-  std::array<Tensor, N> s;
-  std::string name() const override { return name_; }
-  void release_saved() override { s = {}; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return std::vector<Tensor>(next_edges.size());
-    std::vector<Tensor> grads = fn_(g[0], s, scalar_);
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = input_grad(i, grads[i]);
-    return grads;
-  }
+using Backward = std::vector<Tensor> (*)(const Tensor& g, const std::array<Tensor, N>& s, double scalar);
 
- private:
-  const char* name_;
-  Backward fn_;
-  double scalar_;
-};
-
-// Records `out` = op(inputs) with backward `fn` and the tensors it needs saved.
+// Records `out` = op(inputs) with backward `fn` over the tensors in `keep` (saved detached).
 template <size_t N>
-Tensor record(Tensor out, const char* name, typename Saved<N>::Backward fn, std::initializer_list<const Tensor*> inputs,
+Tensor record(Tensor out, const char* name, Backward<N> fn, std::initializer_list<const Tensor*> inputs,
               std::array<Tensor, N> keep, double scalar = 0.0) {
-  if (auto node = autograd::make_node<Saved<N>>(inputs, name, fn, scalar)) {
-    for (size_t i = 0; i < N; ++i) node->s[i] = saved(keep[i]);
-    autograd::set_history(out, node);
-  }
-  return out;
+  std::vector<Tensor> in;
+  for (const Tensor* t : inputs) in.push_back(*t);
+  return autograd::record(std::move(out), name, in, [&] {
+    for (Tensor& k : keep) k = saved(k);
+    return [fn, s = std::move(keep), scalar](const Tensor& g, const OpNode&) { return fn(g, s, scalar); };
+  });
 }
 
 std::vector<Tensor> grads_of(Tensor a) { return {std::move(a)}; }

@@ -19,28 +19,13 @@ using autograd::saved;
 
 namespace {
 
-// A one-input node whose backward is a closure over what it saved (detached tensors only).
-class ReduceBackward final : public OpNode {
- public:
-  using Fn = std::function<Tensor(const Tensor& g)>;
-  ReduceBackward(const char* name, Fn fn) : name_(name), fn_(std::move(fn)) {}
-  std::string name() const override { return name_; }
-  void release_saved() override { fn_ = nullptr; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return {Tensor()};
-    return {input_grad(0, fn_(g[0]))};
-  }
-
- private:
-  const char* name_;
-  Fn fn_;
-};
-
-// Records `out` = op(x) with backward `make_fn()` (called only when a gradient is needed).
+// Records `out` = op(x) with the one-input backward g -> grad that make_fn() builds (called only
+// when a gradient is needed).
 template <class MakeFn>
 Tensor record(Tensor out, const char* name, const Tensor& x, MakeFn make_fn) {
-  if (auto node = autograd::make_node<ReduceBackward>({&x}, name, make_fn())) autograd::set_history(out, node);
-  return out;
+  return autograd::record(std::move(out), name, {x}, [&] {
+    return [fn = make_fn()](const Tensor& g, const OpNode&) { return std::vector<Tensor>{fn(g)}; };
+  });
 }
 
 // The reduced dims wrapped to [0, ndim) and sorted; an empty list means every dim (as kiln::ops).

@@ -18,39 +18,11 @@ using autograd::saved;
 
 namespace {
 
-// A node whose backward maps g to one gradient per input through a closure over what it saved.
-class ShapeBackward final : public OpNode {
- public:
-  using Fn = std::function<std::vector<Tensor>(const Tensor& g, const OpNode& node)>;
-  ShapeBackward(const char* name, Fn fn) : name_(name), fn_(std::move(fn)) {}
-  std::string name() const override { return name_; }
-  void release_saved() override { fn_ = nullptr; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return std::vector<Tensor>(next_edges.size());
-    std::vector<Tensor> grads = fn_(g[0], *this);
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = input_grad(i, grads[i]);
-    return grads;
-  }
+using Fn = autograd::LambdaNode::Fn;
 
- private:
-  const char* name_;
-  Fn fn_;
-};
-
-// Records `out` = op(inputs) with backward fn; like autograd::make_node for a list of inputs.
-Tensor record(Tensor out, const char* name, const std::vector<Tensor>& inputs, ShapeBackward::Fn fn) {
-  if (!grad_mode_enabled()) return out;
-  bool any = false;
-  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
-  if (!any) return out;
-  auto node = std::make_shared<ShapeBackward>(name, std::move(fn));
-  for (const Tensor& t : inputs) {
-    node->next_edges.push_back(t.defined() ? autograd::gradient_edge(t) : Edge{});
-    node->input_info.push_back(t.defined() ? OpNode::InputInfo{t.shape(), t.dtype(), t.device()}
-                                           : OpNode::InputInfo{});
-  }
-  autograd::set_history(out, node);
-  return out;
+// Records `out` = op(inputs) with the backward closure `fn`.
+Tensor record(Tensor out, const char* name, const std::vector<Tensor>& inputs, Fn fn) {
+  return autograd::record(std::move(out), name, inputs, [&] { return std::move(fn); });
 }
 
 // Backward of cat along `dim` (already wrapped): input i gets g's slice at its offset.
