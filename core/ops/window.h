@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <ostream>
 
-namespace kiln::ops {
+// Size2 lives in kiln (not kiln::ops) so that an unqualified call like conv2d(x, w, b, options)
+// finds the differentiable kiln::conv2d by argument-dependent lookup, not also the raw op.
+namespace kiln {
 
 struct Size2 {
   int64_t h = 0, w = 0;
@@ -16,4 +18,8 @@ struct Size2 {
 
 inline std::ostream& operator<<(std::ostream& os, const Size2& s) { return os << "(" << s.h << ", " << s.w << ")"; }
 
-}  // namespace kiln::ops
+namespace ops {
+using kiln::Size2;
+}
+
+}  // namespace kiln

@@ -24,7 +24,7 @@ std::shared_ptr<nn::Sequential> make_mlp() {
 
 std::shared_ptr<nn::Sequential> make_cnn() {
   auto m = std::make_shared<nn::Sequential>();
-  m->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 4, 3).padding(1)));
+  m->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 4, 3).padding(1).bias(false)));
   m->push_back(std::make_shared<nn::BatchNorm2d>(4));
   m->push_back(std::make_shared<nn::ReLU>());
   m->push_back(std::make_shared<nn::MaxPool2d>(2));
