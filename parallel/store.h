@@ -1,0 +1,62 @@
+// Store: the key-value rendezvous every rank reaches (set/get/add/wait with a timeout), like
+// c10d's Store. TCPStore is served by rank 0 at MASTER_ADDR:MASTER_PORT.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::dist {
+
+using Bytes = std::vector<uint8_t>;
+using Millis = std::chrono::milliseconds;
+
+inline constexpr Millis kDefaultTimeout = std::chrono::minutes(5);
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Blocks until the key exists (or the timeout passes: kiln::Error naming the key).
+  virtual Bytes get(const std::string& key) = 0;
+  // Atomically adds `delta` to the integer stored at key (0 when absent); returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Blocks until every key exists; fails naming the missing keys after `timeout`.
+  virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
+  // True when the key exists now (no waiting).
+  virtual bool check(const std::string& key) = 0;
+
+  void set_timeout(Millis timeout) { timeout_ = timeout; }
+  Millis timeout() const { return timeout_; }
+
+  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
+  std::string get_string(const std::string& key) {
+    Bytes b = get(key);
+    return std::string(b.begin(), b.end());
+  }
+
+ protected:
+  Millis timeout_ = kDefaultTimeout;
+};
+
+struct TCPStoreOptions {
+  std::string host_ = "127.0.0.1";
+  uint16_t port_ = 29500;
+  bool is_server_ = false;  // rank 0 serves; it also connects as a client
+  Millis timeout_ = kDefaultTimeout;
+  TCPStoreOptions& host(std::string h) { host_ = std::move(h); return *this; }
+  TCPStoreOptions& port(uint16_t p) { port_ = p; return *this; }
+  TCPStoreOptions& is_server(bool v) { is_server_ = v; return *this; }
+  TCPStoreOptions& timeout(Millis t) { timeout_ = t; return *this; }
+};
+
+// Makes the TCP store: the server (when is_server) binds only to `host`, and every process
+// connects to it as a client, retrying until the timeout.
+std::shared_ptr<Store> make_tcp_store(const TCPStoreOptions& options);
+
+// Keys under a prefix ("<prefix>/<key>"), so several groups can share one store.
+std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> store);
+
+}  // namespace kiln::dist
