@@ -27,6 +27,11 @@ std::string join_keys(const std::vector<std::string>& keys) {
   return s + "]";
 }
 
+// Now + t, with t capped at a year so Millis::max() does not overflow the clock.
+Clock::time_point deadline_after(Millis t) {
+  return Clock::now() + std::min<Millis>(t, std::chrono::hours(24 * 365));
+}
+
 int remaining_ms(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
   return left <= 0 ? 0 : int(std::min<int64_t>(left, 1 << 30));
@@ -40,7 +45,7 @@ class TcpStore final : public Store {
     KILN_CHECK(o.timeout_.count() > 0, "TCP store: the timeout must be positive, got ", o.timeout_.count(), " ms");
     if (o.is_server_) server_ = std::make_unique<tcp::Server>(host_, port_);
     std::lock_guard lock(mu_);
-    connect(Clock::now() + timeout_);
+    connect(deadline_after(timeout_));
   }
 
   void set(const std::string& key, const Bytes& value) override {
@@ -176,23 +181,23 @@ class TcpStore final : public Store {
 
   // A request the server answers at once.
   Frame request(const Frame& req, const std::string& what) {
-    if (!fd_.valid()) connect(Clock::now() + timeout_);
+    if (!fd_.valid()) connect(deadline_after(timeout_));
     send_frame(req, what);
     Frame r;
-    if (!recv_frame(r, Clock::now() + timeout_, what))
+    if (!recv_frame(r, deadline_after(timeout_), what))
       fail(what, "no reply within " + std::to_string(timeout_.count()) + " ms");
     return checked_reply(std::move(r), what);
   }
 
   // A GET/WAIT the server parks until its keys exist; cancelled on the server after `timeout`.
   Frame blocking_request(const Frame& req, Millis timeout, const std::string& what) {
-    if (!fd_.valid()) connect(Clock::now() + timeout_);
+    if (!fd_.valid()) connect(deadline_after(timeout_));
     send_frame(req, what);
     Frame r;
-    if (recv_frame(r, Clock::now() + timeout, what)) return checked_reply(std::move(r), what);
+    if (recv_frame(r, deadline_after(timeout), what)) return checked_reply(std::move(r), what);
     const std::string timed_out = "timed out after " + std::to_string(timeout.count()) + " ms";
     send_frame({tcp::kCancel, {}}, what);
-    const auto grace = Clock::now() + std::min<Millis>(timeout_, Millis(10000));
+    const auto grace = deadline_after(std::min<Millis>(timeout_, Millis(10000)));
     if (!recv_frame(r, grace, what)) fail(what, timed_out + "; the server did not answer the cancel");
     if (r.tag == tcp::kCancelled) fail(what, timed_out + " waiting for " + join_keys(r.items));
     // The answer crossed the cancel on the wire: take it, and read the (empty) cancel reply.

@@ -103,8 +103,10 @@ void Server::State::run() {
     fds.push_back({wake_read.get(), POLLIN, 0});
     fds.push_back({listener.get(), POLLIN, 0});
     for (auto& [id, c] : clients) {
-      short events = POLLRDHUP;
-      if (c.out.size() <= kOutHighWater && c.in.size() < kMaxFrameBytes) events |= POLLIN;
+      // A full input buffer always holds a complete frame, handled once the reply backlog
+      // drains: until then neither reading nor a hang-up is reported (no busy loop).
+      short events = 0;
+      if (c.out.size() <= kOutHighWater && c.in.size() < kMaxFrameBytes) events |= POLLIN | POLLRDHUP;
       if (!c.out.empty()) events |= POLLOUT;
       fds.push_back({c.fd.get(), events, 0});
       ids.push_back(id);
