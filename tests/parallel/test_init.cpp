@@ -1,6 +1,12 @@
 // read_env: rank, world size, local rank and master address from torchrun/kiln-run, SLURM and
-// Open MPI variables; options overriding them; and errors that name the missing variable.
+// Open MPI variables; options overriding them; errors that name the missing variable; and
+// init_process_group end to end (two forked ranks over the TCP store), including backend errors.
 #include <doctest/doctest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <map>
@@ -136,4 +142,65 @@ TEST_CASE("missing or malformed variables name the variable") {
     ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "70000"}});
     CHECK_ERROR_CONTAINS(dist::read_env(), "MASTER_PORT 70000");
   }
+}
+
+namespace {
+
+// A TCP port nobody listens on right now (the kernel's pick for port 0).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("init_process_group: two ranks from RANK/WORLD_SIZE/MASTER_* over the TCP store") {
+  std::string port = std::to_string(free_port());
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 0;
+      try {
+        ScopedEnv env({{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rank)},
+                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+        auto pg = dist::init_process_group(dist::InitOptions().backend("gloo").timeout(std::chrono::seconds(20)));
+        Tensor t = full({10}, rank + 1.0);
+        pg->allreduce(t)->wait();
+        if (pg->rank() != rank || pg->size() != 2 || pg->backend() != "gloo" || t.to_vector<float>()[9] != 3.0f) {
+          std::fprintf(stderr, "rank %d: wrong group or sum %f\n", rank, t.to_vector<float>()[9]);
+          code = 1;
+        }
+        pg->barrier()->wait();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+        code = 1;
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    int st = 0;
+    ::waitpid(pids[rank], &st, 0);
+    CHECK_MESSAGE((WIFEXITED(st) && WEXITSTATUS(st) == 0), "rank ", rank, " failed");
+  }
+}
+
+TEST_CASE("init_process_group: backend errors") {
+  ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
+  CHECK_ERROR_CONTAINS(dist::init_process_group(dist::InitOptions().backend("nccl")), "\"nccl\"",
+                       "NCCL support arrives with the CUDA backend");
+  CHECK_ERROR_CONTAINS(dist::init_process_group(dist::InitOptions().backend("mpi")), "unknown backend \"mpi\"");
 }
