@@ -1,11 +1,10 @@
-// init_process_group: environment -> TCP store -> backend process group. The NCCL backend is
-// chosen by "auto" when Kiln was built with CUDA and sees a device; until it exists, asking for it
-// fails with an error that says so.
+// init_process_group: environment -> TCP store -> backend process group. "auto" means the
+// backend for the device Kiln trains on; until the CUDA backend brings its NCCL process group,
+// that is Gloo everywhere, and asking for "nccl" explicitly fails with an error that says so.
 #include <kiln/parallel/init.h>
 
 #include <unistd.h>
 
-#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/error.h>
 #include <kiln/parallel/gloo_process_group.h>
 
@@ -27,8 +26,7 @@ std::string gloo_hostname(const std::string& master_addr) {
 std::string resolve_backend(const std::string& requested) {
   KILN_CHECK(requested == "auto" || requested == "gloo" || requested == "nccl", "init_process_group: unknown backend \"",
              requested, "\"; expected \"auto\", \"gloo\" or \"nccl\"");
-  if (requested != "auto") return requested;
-  return cuda::is_available() ? "nccl" : "gloo";
+  return requested == "auto" ? "gloo" : requested;
 }
 
 }  // namespace
@@ -36,10 +34,8 @@ std::string resolve_backend(const std::string& requested) {
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   EnvInfo env = read_env(options);
   std::string backend = resolve_backend(options.backend_);
-  KILN_CHECK(backend != "nccl", "init_process_group: backend \"nccl\"",
-             (options.backend_ == "auto" ? " (chosen by \"auto\": a CUDA device is available)" : ""),
-             " is not available yet: NCCL support arrives with the CUDA backend; pass backend \"gloo\" for CPU "
-             "collectives");
+  KILN_CHECK(backend != "nccl", "init_process_group: backend \"nccl\" is not available yet: NCCL support arrives "
+             "with the CUDA backend; pass backend \"gloo\" for CPU collectives");
   auto store = make_tcp_store(TCPStoreOptions()
                                   .host(env.master_addr)
                                   .port(static_cast<uint16_t>(env.master_port))
