@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -176,11 +177,11 @@ void Group::spawn(Worker& w) {
   envp.push_back(nullptr);
   std::string exec_error = "kiln-run: cannot run '" + o_.command_[0] + "': ";
 
-  int out[2], err[2];
-  KILN_CHECK(::pipe2(out, O_CLOEXEC) == 0, "launch: pipe2 failed: ", std::strerror(errno));
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]), ::close(out[1]);
-    KILN_CHECK(false, "launch: pipe2 failed: ", std::strerror(errno));
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    int e = errno;
+    for (int fd : {out[0], out[1]}) ::close(fd);
+    KILN_CHECK(false, "launch: pipe2 failed for rank ", w.rank, ": ", std::strerror(e));
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   // Signals stay blocked across fork() so the child never runs the launcher's handler; it resets
@@ -280,7 +281,8 @@ void Group::read_pipe(Worker& w, int stream) {
 
 // Signals each worker's process group (also exited workers: their children may linger).
 void Group::signal_all(int sig) {
-  for (const Worker& w : workers_) ::kill(-w.pid, sig);
+  for (const Worker& w : workers_)
+    if (w.pid > 0) ::kill(-w.pid, sig);
 }
 
 void Group::stop(int sig) {
@@ -289,11 +291,7 @@ void Group::stop(int sig) {
 }
 
 int Group::wait() {
-  auto any_running = [&] {
-    for (const Worker& w : workers_)
-      if (w.running) return true;
-    return false;
-  };
+  auto any_running = [&] { return std::any_of(workers_.begin(), workers_.end(), [](auto& w) { return w.running; }); };
   while (any_running()) {
     std::vector<pollfd> fds = {{signal_fd_, POLLIN, 0}};
     for (const Worker& w : workers_)
@@ -369,8 +367,7 @@ int pick_free_port() {
   KILN_CHECK(fd >= 0, "pick_free_port: socket failed: ", std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // port 0: the kernel picks one
   socklen_t len = sizeof addr;
   bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
             ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;

@@ -33,7 +33,10 @@ expect_out "[rank 0] --nproc-per-node 7 --standalone"
 expect_rc 0 --nproc-per-node 1 -- /bin/echo -- --max-restarts 3
 expect_out "[rank 0] -- --max-restarts 3"
 
+# The other ranks are stopped at once, not left to finish their sleep.
+t0=$(date +%s)
 expect_rc 3 --nproc-per-node 3 /bin/sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30'
+[ $(( $(date +%s) - t0 )) -lt 10 ] || fail "the ranks still running were not stopped promptly"
 expect_err "rank 1 (local rank 1"
 expect_rc 137 --nproc-per-node 2 /bin/sh -c 'if [ "$RANK" = 0 ]; then kill -9 $$; fi; sleep 30'
 expect_rc 0 --max-restarts 2 /bin/sh -c 'test "$KILN_RESTART_COUNT" = 2'
