@@ -25,13 +25,12 @@ CastCache& cache() {
   return c;
 }
 
-void install_clear_hook() {
-  static const bool installed = [] {
-    detail::autocast_cache_clear_hook = &clear_autocast_cache;
-    return true;
-  }();
-  (void)installed;
-}
+// Installed during static initialisation (before any thread can read the hook): this object is
+// always linked, since every differentiable matmul-like op calls autocast_to_low.
+const bool g_clear_hook_installed = [] {
+  detail::autocast_cache_clear_hook = &clear_autocast_cache;
+  return true;
+}();
 
 bool eligible(const Tensor& t) { return t.defined() && is_floating(t.dtype()) && t.dtype() != DType::f64; }
 
@@ -51,7 +50,6 @@ Tensor autocast_to_low(const Tensor& t) {
   const CacheKey key{t.impl(), low, grad_mode_enabled()};
   auto it = c.entries.find(key);
   if (it != c.entries.end()) return it->second.second;
-  install_clear_hook();
   Tensor cast = t.to(low);
   c.entries.emplace(key, std::make_pair(t, cast));
   return cast;

@@ -22,7 +22,7 @@ int autocast_depth();
 uint64_t autocast_epoch();
 
 namespace detail {
-// Installed by kiln_autograd when it first caches a cast: drops this thread's cast cache. Called
+// Installed by kiln_autograd at static initialisation: drops this thread's cast cache. Called
 // when the outermost AutocastGuard closes (never throws).
 using AutocastCacheClearHook = void (*)();
 extern AutocastCacheClearHook autocast_cache_clear_hook;
