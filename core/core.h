@@ -1,6 +1,7 @@
 // kiln/core: tensors, dtypes, devices, storage, RNG, and the raw (non-differentiable) ops.
 #pragma once
 
+#include <kiln/core/autocast.h>
 #include <kiln/core/cpu_allocator.h>
 #include <kiln/core/device.h>
 #include <kiln/core/dtype.h>

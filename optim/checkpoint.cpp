@@ -92,6 +92,13 @@ void save_checkpoint(const std::string& path, const NamedTensors& model, const O
   if (!progress.data_cursor.empty())
     std::memcpy(cursor.data_ptr(), progress.data_cursor.data(), progress.data_cursor.size());
   tensors.emplace_back("data_cursor", cursor);
+  std::set<std::string> extra_names;
+  for (const auto& [name, t] : progress.extra) {
+    KILN_CHECK(t.defined(), "save_checkpoint: ", path, ": extra tensor '", name, "' is undefined");
+    KILN_CHECK(extra_names.insert(name).second, "save_checkpoint: ", path, ": extra tensor name '", name,
+               "' appears twice");
+    tensors.emplace_back("extra." + name, t.detach());
+  }
 
   std::map<std::string, std::string> meta;
   meta["format"] = kFormat;
@@ -137,6 +144,7 @@ TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& mo
   std::map<std::string, Tensor> model_in;
   NamedTensors optim_in;
   Tensor cursor;
+  NamedTensors extra_in;
   for (const auto& [name, t] : file.tensors) {
     if (starts_with(name, "model."))
       model_in.emplace(name.substr(6), t);
@@ -144,6 +152,8 @@ TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& mo
       optim_in.emplace_back(name.substr(10), t);
     else if (name == "data_cursor")
       cursor = t;
+    else if (starts_with(name, "extra."))
+      extra_in.emplace_back(name.substr(6), t);
     else
       KILN_CHECK(false, "load_checkpoint: ", path, ": unexpected tensor '", name, "'");
   }
@@ -174,6 +184,7 @@ TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& mo
   for (uint64_t i = 0; i < rng_count; ++i)
     progress.rng.push_back({parse_number<uint64_t>(path, meta, "rng." + std::to_string(i) + ".seed"),
                             parse_number<uint64_t>(path, meta, "rng." + std::to_string(i) + ".offset")});
+  progress.extra = std::move(extra_in);
   progress.data_cursor.assign(static_cast<const char*>(cursor.data_ptr()), static_cast<size_t>(cursor.numel()));
 
   // Everything checked: restore.

@@ -32,6 +32,9 @@ struct TrainingProgress {
   int64_t scheduler_step = 0;  // LRScheduler::last_step(); restore with set_step()
   std::vector<RngState> rng;   // in an order the caller chooses (e.g. default, dropout, data)
   std::string data_cursor;     // opaque bytes (any content, binary included)
+  // Further named state (e.g. GradScaler::state_dict() under "grad_scaler."): saved as given,
+  // loaded back in file order; the caller validates it when restoring (load_state_dict).
+  NamedTensors extra;
 };
 
 // Note [Checkpoint format]
@@ -39,6 +42,7 @@ struct TrainingProgress {
 //   "model.<name>"       each of the caller's named tensors (e.g. a module's state_dict)
 //   "optimizer.<key>"    Optimizer::state_dict() (Note [Optimizer state_dict] in optimizer.h)
 //   "data_cursor"        u8 (n,): the cursor's bytes
+//   "extra.<name>"       each of TrainingProgress::extra (none when it is empty)
 // Metadata (decimal strings unless said otherwise):
 //   "format" = "kiln.checkpoint", "format_version" = "1", "optimizer" = "SGD" | "AdamW",
 //   "global_step", "scheduler_step", "rng.count", "rng.<i>.seed", "rng.<i>.offset",

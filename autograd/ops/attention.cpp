@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
@@ -39,7 +40,10 @@ class AttentionBackward final : public autograd::OpNode {
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal) {
+  // Under autocast q, k, v run in the low dtype (Note [Autocast op lists]).
+  const Tensor q = autograd::autocast_to_low(q_in), k = autograd::autocast_to_low(k_in),
+               v = autograd::autocast_to_low(v_in);
   check_defined(q, "scaled_dot_product_attention", "q");
   check_defined(k, "scaled_dot_product_attention", "k");
   check_defined(v, "scaled_dot_product_attention", "v");

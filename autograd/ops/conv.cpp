@@ -2,6 +2,7 @@
 // its three backward kernels (input, weight, bias), each only when that input needs a gradient.
 #include <kiln/autograd/ops/conv.h>
 
+#include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
 #include <kiln/core/ops/conv.h>
 
@@ -34,7 +35,10 @@ class Conv2dBackward final : public autograd::OpNode {
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
+  // Under autocast all three run in the low dtype (Note [Autocast op lists]).
+  const Tensor x = autograd::autocast_to_low(x_in), weight = autograd::autocast_to_low(weight_in),
+               bias = autograd::autocast_to_low(bias_in);
   Tensor out = ops::conv2d(x, weight, bias, options);
   if (auto node = autograd::make_node<Conv2dBackward>({&x, &weight, &bias}, options)) {
     // Only the weight gradient reads x and only the input gradient reads the weight.

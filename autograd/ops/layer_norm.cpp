@@ -2,6 +2,7 @@
 // which the node saves so the backward kernel never recomputes the statistics.
 #include <kiln/autograd/ops/functional.h>
 
+#include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
 #include <kiln/core/ops/layer_norm.h>
 
@@ -30,8 +31,11 @@ class LayerNormBackward final : public autograd::OpNode {
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, const Tensor& bias_in,
                   double eps) {
+  // f32 under autocast (Note [Autocast op lists]).
+  const Tensor x = autograd::autocast_to_f32(x_in), weight = autograd::autocast_to_f32(weight_in),
+               bias = autograd::autocast_to_f32(bias_in);
   ops::LayerNormResult r = ops::layer_norm(x, normalized_shape, weight, bias, eps);
   if (auto node = autograd::make_node<LayerNormBackward>({&x, &weight, &bias}, normalized_shape, bias.defined())) {
     node->x = autograd::saved(x);

@@ -3,6 +3,7 @@
 // gradient in a single (N, C) buffer: softmax - (1-ls) onehot - ls/C, scaled per row in place.
 #include <kiln/autograd/ops/functional.h>
 
+#include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
@@ -80,7 +81,8 @@ class MseLossBackward final : public autograd::OpNode {
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, const CrossEntropyOptions& options) {
+  const Tensor logits = autograd::autocast_to_f32(logits_in);  // f32 under autocast (Note [Autocast op lists])
   check_defined(logits, "cross_entropy", "logits");
   check_defined(targets, "cross_entropy", "targets");
   KILN_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating, got ", logits.dtype());
@@ -137,7 +139,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   return out;
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  // f32 under autocast (Note [Autocast op lists]).
+  const Tensor input = autograd::autocast_to_f32(input_in), target = autograd::autocast_to_f32(target_in);
   check_defined(input, "mse_loss", "input");
   check_defined(target, "mse_loss", "target");
   KILN_CHECK(input.shape() == target.shape(), "mse_loss: input has shape ", input.shape(), " but target has shape ",

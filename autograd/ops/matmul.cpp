@@ -3,6 +3,7 @@
 // raw kiln::ops::matmul, and batch dims that broadcasting added or expanded are summed back.
 #include <kiln/autograd/ops/matmul.h>
 
+#include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
 #include <kiln/core/ops/matmul.h>
 #include <kiln/core/ops/reduce.h>
@@ -85,11 +86,23 @@ class LinearBackward final : public OpNode {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) { return record_product(ops::matmul(a, b), "MatmulBackward", a, b); }
-Tensor bmm(const Tensor& a, const Tensor& b) { return record_product(ops::bmm(a, b), "BmmBackward", a, b); }
-Tensor mm(const Tensor& a, const Tensor& b) { return record_product(ops::mm(a, b), "MmBackward", a, b); }
+// Under autocast every operand is cast to the low dtype first (Note [Autocast op lists]).
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autograd::autocast_to_low(a_in), b = autograd::autocast_to_low(b_in);
+  return record_product(ops::matmul(a, b), "MatmulBackward", a, b);
+}
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autograd::autocast_to_low(a_in), b = autograd::autocast_to_low(b_in);
+  return record_product(ops::bmm(a, b), "BmmBackward", a, b);
+}
+Tensor mm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autograd::autocast_to_low(a_in), b = autograd::autocast_to_low(b_in);
+  return record_product(ops::mm(a, b), "MmBackward", a, b);
+}
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = autograd::autocast_to_low(x_in), weight = autograd::autocast_to_low(weight_in),
+               bias = autograd::autocast_to_low(bias_in);
   Tensor out = ops::linear(x, weight, bias);
   if (auto node = autograd::make_node<LinearBackward>({&x, &weight, &bias})) {
     if (node->needs_input_grad(1)) node->x = saved(x);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 
+#include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
@@ -57,13 +58,15 @@ int64_t reduced_count(const Shape& shape, const std::vector<int64_t>& sorted_dim
 
 }  // namespace
 
-Tensor sum(const Tensor& x) {
+Tensor sum(const Tensor& x_in) {
+  const Tensor x = autograd::autocast_to_f32(x_in);
   return record(ops::sum(x), "SumBackward", x, [shape = x.shape()] {
     return [shape](const Tensor& g) { return g.expand(shape); };
   });
 }
 
-Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  const Tensor x = autograd::autocast_to_f32(x_in);
   Tensor out = ops::sum(x, dims, keepdim);
   return record(out, "SumBackward", x, [&] {
     return [shape = x.shape(), d = reduced_dims(dims, x.dim(), "sum"), keepdim](const Tensor& g) {
@@ -72,13 +75,15 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   });
 }
 
-Tensor mean(const Tensor& x) {
+Tensor mean(const Tensor& x_in) {
+  const Tensor x = autograd::autocast_to_f32(x_in);
   return record(ops::mean(x), "MeanBackward", x, [shape = x.shape()] {
     return [shape](const Tensor& g) { return ops::div(g, double(shape_numel(shape))).expand(shape); };
   });
 }
 
-Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  const Tensor x = autograd::autocast_to_f32(x_in);
   Tensor out = ops::mean(x, dims, keepdim);
   return record(out, "MeanBackward", x, [&] {
     std::vector<int64_t> d = reduced_dims(dims, x.dim(), "mean");
@@ -89,7 +94,8 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   });
 }
 
-Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  const Tensor x = autograd::autocast_to_f32(x_in);
   Tensor out = ops::var(x, dims, correction, keepdim);
   return record(out, "VarBackward", x, [&] {
     // d var / dx = 2 (x - mean) / (n - correction)

@@ -2,6 +2,7 @@
 // keep only the output (both gradients are functions of it, not of the input).
 #include <kiln/autograd/ops/functional.h>
 
+#include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
 #include <kiln/core/ops/softmax.h>
 
@@ -28,7 +29,8 @@ class SoftmaxBackward final : public autograd::OpNode {
   int64_t dim_;
 };
 
-Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
+Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
+  const Tensor x = autograd::autocast_to_f32(x_in);  // f32 under autocast (Note [Autocast op lists])
   Tensor out = log ? ops::log_softmax(x, dim) : ops::softmax(x, dim);
   if (auto node = autograd::make_node<SoftmaxBackward>({&x}, log, dim)) {
     node->out = autograd::saved(out);

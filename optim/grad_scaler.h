@@ -1,0 +1,89 @@
+// GradScaler: dynamic loss scaling for f16 training (torch.cuda.amp.GradScaler semantics). The
+// loss is multiplied by the scale before backward so small f16 gradients do not flush to zero;
+// the gradients are divided back before the step, which is skipped when any of them overflowed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+
+#include <kiln/optim/optimizer.h>
+
+namespace kiln::optim {
+
+struct GradScalerOptions {
+  double init_scale_ = 65536.0;  // 2^16
+  double growth_factor_ = 2.0;
+  double backoff_factor_ = 0.5;
+  int64_t growth_interval_ = 2000;
+  bool enabled_ = true;
+
+  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
+  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
+  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
+  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
+  GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
+};
+
+// Note [GradScaler step]
+// Per iteration, as torch:
+//   scaler.scale(loss).backward();
+//   scaler.unscale_(opt);                 // optional: only to clip or inspect true gradients
+//   clip_grad_norm(params, 1.0);
+//   scaler.step(opt);                     // unscale_ if not done; skipped when found_inf
+//   scaler.update();                      // backoff on inf, growth after growth_interval clean steps
+// The scale is an f32 value, updated exactly as torch._amp_update_scale_: on inf, scale *=
+// backoff_factor and the growth tracker resets; otherwise the tracker counts up and on reaching
+// growth_interval the scale grows by growth_factor (only if the result is finite) and the tracker
+// resets. unscale_ multiplies each gradient by the f32 reciprocal of the scale (also non-finite
+// ones: the step is skipped anyway) and records whether any gradient holds an inf or a NaN.
+// Data parallel: every rank must skip the same steps, so between unscale_ and step the trainer
+// all-reduces found_inf() with MAX and writes the result back with set_found_inf().
+// Several optimizers: each records its own found_inf and step(opt) skips on its own flag;
+// update() backs off when any of them found one; set_found_inf() sets all of them.
+// With enabled = false every call is a pass-through: scale returns the loss, step just steps.
+// BF16 autocast needs no scaler (bf16 has f32's exponent range).
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale (differentiable: backward yields scaled gradients); loss itself when disabled.
+  Tensor scale(const Tensor& loss) const;
+  // Divides every gradient of `optimizer`'s parameters by the scale in place (no grad recording)
+  // and records found_inf. Once per optimizer between update()s: a second call is an error.
+  void unscale_(Optimizer& optimizer);
+  // Whether an unscaled gradient this iteration was inf/NaN (any optimizer unscaled so far).
+  bool found_inf() const;
+  // Overrides found_inf for every optimizer unscaled this iteration (the cross-rank result).
+  void set_found_inf(bool found);
+  // unscale_ when not done yet, then optimizer.step() unless found_inf; true when it stepped.
+  bool step(Optimizer& optimizer);
+  // Updates the scale from this iteration's found_inf and starts the next iteration.
+  void update();
+
+  double scale_value() const { return scale_; }
+  int64_t growth_tracker() const { return growth_tracker_; }
+  bool is_enabled() const { return options_.enabled_; }
+  const GradScalerOptions& options() const { return options_; }
+
+  // "scale" (0-dim f32), "growth_tracker" (0-dim i64), "growth_factor", "backoff_factor"
+  // (0-dim f64), "growth_interval" (0-dim i64); empty when disabled (as torch). Put it into a
+  // checkpoint through TrainingProgress::extra (optim/checkpoint.h).
+  NamedTensors state_dict() const;
+  // Validates the whole dict (every key, dtype and value) before changing anything; the loaded
+  // options replace the constructor's. Ignored when disabled, as torch.
+  void load_state_dict(const NamedTensors& dict);
+
+ private:
+  enum class Stage { ready, unscaled, stepped };
+  struct OptimizerState {
+    Stage stage = Stage::ready;
+    bool found_inf = false;
+  };
+
+  GradScalerOptions options_;
+  float scale_;
+  int64_t growth_tracker_ = 0;
+  std::map<const Optimizer*, OptimizerState> per_optimizer_;  // this iteration's, cleared by update()
+};
+
+}  // namespace kiln::optim
