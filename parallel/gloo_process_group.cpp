@@ -1,0 +1,361 @@
+// ProcessGroup over Gloo (Debian's 2022 libgloo): rendezvous through a kiln Store, a TCP device
+// bound to this rank's hostname, and one worker thread running the collectives in issue order.
+// See Note [Naming the late ranks] for how a failure says which peers never arrived.
+#include <kiln/parallel/gloo_process_group.h>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <kiln/core/dispatch.h>
+
+namespace kiln::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Gloo's rendezvous sees the kiln store under "gloo/".
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  explicit GlooStore(std::shared_ptr<dist::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(kPrefix + key, Bytes(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    Bytes b = store_->get(kPrefix + key);
+    return std::vector<char>(b.begin(), b.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, store_->timeout()); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    for (const auto& k : keys) prefixed.push_back(kPrefix + k);
+    store_->wait(prefixed, timeout);
+  }
+
+ private:
+  static inline const std::string kPrefix = "gloo/";
+  std::shared_ptr<dist::Store> store_;
+};
+
+std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
+
+// Elementwise reductions in the accumulation type (float for bf16/f16), rounded once per pair.
+// max/min propagate NaN like torch.
+struct Sum {
+  template <class A> A operator()(A a, A b) const { return a + b; }
+};
+struct Max {
+  template <class A> A operator()(A a, A b) const { return (a != a || a > b) ? a : b; }
+};
+struct Min {
+  template <class A> A operator()(A a, A b) const { return (a != a || a < b) ? a : b; }
+};
+
+template <class T, class Op>
+void reduce_loop(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = static_cast<T>(Op{}(static_cast<acc_t<T>>(x[i]), static_cast<acc_t<T>>(y[i])));
+}
+
+gloo::AllreduceOptions::Func reduce_function(DType dtype, ReduceOp op) {
+  return dispatch_numeric(dtype, "Gloo allreduce", [&]<class T>() -> gloo::AllreduceOptions::Func {
+    switch (op) {
+      case ReduceOp::max: return &reduce_loop<T, Max>;
+      case ReduceOp::min: return &reduce_loop<T, Min>;
+      default: return &reduce_loop<T, Sum>;
+    }
+  });
+}
+
+// x /= divisor elementwise (avg = sum then divide; floating dtypes only).
+void divide(void* data, DType dtype, size_t n, int divisor) {
+  dispatch_floating(dtype, "Gloo avg", [&]<class T>() {
+    T* p = static_cast<T*>(data);
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<acc_t<T>>(p[i]) / static_cast<acc_t<T>>(divisor));
+  });
+}
+
+
+class GlooWork final : public Work {
+ public:
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return done_; });
+    if (!error_.empty()) throw Error(error_);
+  }
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+  void finish(std::string error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::move(error);
+    done_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::string error_;
+};
+
+struct Job {
+  const char* name;
+  uint64_t seq;
+  std::function<void(uint32_t tag)> run;
+  std::shared_ptr<GlooWork> work;
+};
+
+void check_tensor(const Tensor& t, const char* op, const char* arg) {
+  check_defined(t, op, arg);
+  KILN_CHECK(t.device().is_cpu(), "Gloo ", op, ": ", arg, " must be a CPU tensor, got one on ", t.device());
+  KILN_CHECK(t.is_contiguous(), "Gloo ", op, ": ", arg, " must be contiguous (shape ", t.shape(), ", strides ",
+             t.strides(), "); call .contiguous() first");
+  KILN_CHECK(t.dtype() != DType::b8, "Gloo ", op, ": ", arg, " has dtype bool, which collectives do not support");
+}
+
+class GlooProcessGroup final : public ProcessGroup {
+ public:
+  GlooProcessGroup(std::shared_ptr<dist::Store> store, int rank, int size, const GlooOptions& options)
+      : ProcessGroup(rank, size), store_(std::move(store)), options_(options) {
+    KILN_CHECK(store_ != nullptr, "make_gloo_process_group: store is null");
+    KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "make_gloo_process_group: rank ", rank,
+               " is not in [0, ", size, ")");
+    KILN_CHECK(options.timeout_.count() > 0, "make_gloo_process_group: timeout must be positive, got ",
+               options.timeout_.count(), " ms");
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = options.hostname_;
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      context_->setTimeout(options.timeout_);
+      GlooStore gloo_store(store_);
+      context_->connectFullMesh(gloo_store, device_);
+    } catch (const std::exception& e) {
+      KILN_CHECK(false, "Gloo rendezvous failed on rank ", rank, " of ", size, " (host ", options.hostname_,
+                 ", timeout ", options.timeout_.count(), " ms): ", e.what());
+    }
+    worker_ = std::thread([this] { worker_loop(); });
+  }
+
+  ~GlooProcessGroup() override {
+    try {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      if (worker_.joinable()) worker_.join();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln: stopping the Gloo worker of rank %d failed: %s\n", rank(), e.what());
+    }
+  }
+
+  std::string backend() const override { return "gloo"; }
+
+  std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options) override {
+    check_tensor(tensor, "allreduce", "tensor");
+    ReduceOp op = options.op_;
+    KILN_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()), "Gloo allreduce: avg needs a floating dtype, got ",
+               tensor.dtype(), "; use sum and divide yourself");
+    auto fn = reduce_function(tensor.dtype(), op);
+    return enqueue("allreduce", [this, t = tensor, op, fn](uint32_t tag) { run_allreduce(t, op, fn, tag); });
+  }
+
+  std::shared_ptr<Work> broadcast(Tensor& tensor, int root) override {
+    check_tensor(tensor, "broadcast", "tensor");
+    KILN_CHECK(root >= 0 && root < size(), "Gloo broadcast: root ", root, " is not in [0, ", size(), ")");
+    return enqueue("broadcast", [this, t = tensor, root](uint32_t tag) {
+      if (t.nbytes() == 0) return;
+      gloo::BroadcastOptions o(context_);
+      o.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
+      o.setRoot(root);
+      o.setTag(tag);
+      o.setTimeout(options_.timeout_);
+      gloo::broadcast(o);
+    });
+  }
+
+  std::shared_ptr<Work> allgather(Tensor& output, const Tensor& input) override {
+    check_tensor(output, "allgather", "output");
+    check_tensor(input, "allgather", "input");
+    KILN_CHECK(output.dtype() == input.dtype(), "Gloo allgather: output is ", output.dtype(), " but input is ",
+               input.dtype());
+    KILN_CHECK(output.numel() == size() * input.numel(), "Gloo allgather: output has ", output.numel(),
+               " elements; expected size (", size(), ") * input.numel() (", input.numel(), ")");
+    return enqueue("allgather", [this, out = output, in = input](uint32_t tag) {
+      if (in.nbytes() == 0) return;
+      gloo::AllgatherOptions o(context_);
+      o.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
+      o.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
+      o.setTag(tag);
+      o.setTimeout(options_.timeout_);
+      gloo::allgather(o);
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input, const AllreduceOptions& options) override {
+    check_tensor(output, "reduce_scatter", "output");
+    check_tensor(input, "reduce_scatter", "input");
+    KILN_CHECK(output.dtype() == input.dtype(), "Gloo reduce_scatter: output is ", output.dtype(), " but input is ",
+               input.dtype());
+    KILN_CHECK(input.numel() == size() * output.numel(), "Gloo reduce_scatter: input has ", input.numel(),
+               " elements; expected size (", size(), ") * output.numel() (", output.numel(), ")");
+    ReduceOp op = options.op_;
+    KILN_CHECK(op != ReduceOp::avg || is_floating(input.dtype()),
+               "Gloo reduce_scatter: avg needs a floating dtype, got ", input.dtype());
+    auto fn = reduce_function(input.dtype(), op);
+    return enqueue("reduce_scatter", [this, out = output, in = input, op, fn](uint32_t tag) {
+      Tensor scratch = in.clone();
+      run_allreduce(scratch, op, fn, tag);
+      std::memcpy(out.data_ptr(), static_cast<const char*>(scratch.data_ptr()) + rank() * out.nbytes(), out.nbytes());
+    });
+  }
+
+  std::shared_ptr<Work> barrier() override {
+    return enqueue("barrier", [this](uint32_t tag) {
+      gloo::BarrierOptions o(context_);
+      o.setTag(tag);
+      o.setTimeout(options_.timeout_);
+      gloo::barrier(o);
+    });
+  }
+
+ private:
+  void run_allreduce(const Tensor& t, ReduceOp op, const gloo::AllreduceOptions::Func& fn, uint32_t tag) {
+    size_t n = static_cast<size_t>(t.numel());
+    if (n == 0) return;
+    if (size() > 1) {
+      gloo::AllreduceOptions o(context_);
+      // Gloo only reads the element size from the pointer type; uint16_t stands for bf16/f16.
+      dispatch_numeric(t.dtype(), "Gloo allreduce", [&]<class T>() {
+        using Wire = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>, uint16_t, T>;
+        o.setOutput(static_cast<Wire*>(t.data_ptr()), n);
+      });
+      o.setReduceFunction(fn);
+      o.setTag(tag);
+      o.setTimeout(options_.timeout_);
+      gloo::allreduce(o);
+    }
+    if (op == ReduceOp::avg) divide(t.data_ptr(), t.dtype(), n, size());
+  }
+
+  std::shared_ptr<Work> enqueue(const char* name, std::function<void(uint32_t)> run) {
+    auto work = std::make_shared<GlooWork>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(Job{name, next_sequence_number(), std::move(run), work});
+    }
+    cv_.notify_all();
+    return work;
+  }
+
+  void worker_loop() {
+    while (true) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) {
+          for (auto& j : queue_)
+            j.work->finish(describe(j.name, j.seq) + " was not run: the process group was destroyed");
+          queue_.clear();
+          return;
+        }
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (!broken_.empty()) {
+        job.work->finish(describe(job.name, job.seq) + " was not run: the process group failed earlier: " + broken_);
+        continue;
+      }
+      try {
+        store_->set(progress_key(rank()), std::to_string(job.seq));
+        job.run(static_cast<uint32_t>(job.seq));
+        job.work->finish({});
+      } catch (const std::exception& e) {
+        std::string message = describe(job.name, job.seq) + " failed on rank " + std::to_string(rank()) + " of " +
+                              std::to_string(size()) + " (timeout " + std::to_string(options_.timeout_.count()) +
+                              " ms): " + e.what() + "; " + late_ranks(job.seq);
+        broken_ = message;
+        job.work->finish(std::move(message));
+      }
+    }
+  }
+
+  static std::string describe(const char* name, uint64_t seq) {
+    return std::string("Gloo ") + name + " (sequence number " + std::to_string(seq) + ")";
+  }
+
+  // Note [Naming the late ranks]
+  // Before running collective N, the worker sets "progress/<rank>" = N in the store. When N fails
+  // (a Gloo timeout, or a peer's connection closing), the other ranks' progress says who never
+  // started N. A live peer may simply not have written its key yet when a closed connection
+  // fails us early, so we give the peers up to min(timeout, 1 s) to reach N before naming them.
+  std::string late_ranks(uint64_t seq) {
+    try {
+      auto deadline = Clock::now() + std::min<Millis>(options_.timeout_, std::chrono::seconds(1));
+      while (true) {
+        std::ostringstream late;
+        int count = 0;
+        for (int r = 0; r < size(); ++r) {
+          if (r == rank()) continue;
+          int64_t progress = -1;
+          if (store_->check(progress_key(r))) progress = std::stoll(store_->get_string(progress_key(r)));
+          if (progress >= static_cast<int64_t>(seq)) continue;
+          late << (count++ ? ", " : "") << "rank " << r;
+          if (progress < 0)
+            late << " (started no collective)";
+          else
+            late << " (last started sequence number " << progress << ")";
+        }
+        if (count == 0)
+          return "every rank started sequence number " + std::to_string(seq) +
+                 " (a peer failed inside it, or the ranks issued different collectives)";
+        if (Clock::now() >= deadline)
+          return "not reached by " + late.str();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (const std::exception& e) {
+      return std::string("the peers' progress could not be read from the store: ") + e.what();
+    }
+  }
+
+  std::shared_ptr<dist::Store> store_;
+  GlooOptions options_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  std::string broken_;  // the first failure; only the worker reads and writes it
+  std::thread worker_;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      const GlooOptions& options) {
+  return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, options);
+}
+
+}  // namespace kiln::dist

@@ -1,0 +1,33 @@
+// The Gloo process group: CPU collectives over TCP (c10d's ProcessGroupGloo). Collectives run on
+// one background worker thread in the order they were issued; each returns a Work whose wait()
+// rethrows a failure as kiln::Error naming the collective, its sequence number and the late ranks.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <kiln/parallel/process_group.h>
+#include <kiln/parallel/store.h>
+
+namespace kiln::dist {
+
+struct GlooOptions {
+  Millis timeout_ = kDefaultTimeout;  // rendezvous and every collective
+  std::string hostname_ = "127.0.0.1";  // this rank's address for its peers (the TCP device binds it)
+  GlooOptions& timeout(Millis t) { timeout_ = t; return *this; }
+  GlooOptions& hostname(std::string h) { hostname_ = std::move(h); return *this; }
+};
+
+// Connects `size` ranks through `store` (keys "gloo/..." for Gloo's rendezvous, "progress/<rank>"
+// for the last sequence number each rank started). Blocks until every rank has connected.
+//
+// Tensors are CPU and contiguous; dtypes f32, f64, bf16, f16, i64, i32, u8. Reductions run in the
+// tensor's dtype (bf16/f16 element pairs are added in float and rounded, as NCCL does), so the
+// wire carries 2 bytes per bf16 element. avg is sum then divide, floating dtypes only.
+// reduce_scatter is an allreduce of a scratch copy of the input, keeping this rank's chunk.
+// A tensor handed to a collective must not be touched until its Work's wait() returns.
+// After a failure the group is broken: later collectives fail at once, citing the first failure.
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      const GlooOptions& options = {});
+
+}  // namespace kiln::dist
