@@ -228,18 +228,26 @@ void Reducer::launch(size_t b) {
 
 void Reducer::check_order(size_t b, const Tensor& tail) const {
   std::vector<double> got = tail.narrow(0, 0, kCodes * group_->size()).to_vector<double>();
-  int rank = group_->rank();
+  const int rank = group_->rank(), size = group_->size();
   double m = code_modulus(tail.dtype());
   const double mine[kCodes] = {std::fmod(double(iteration_), m), std::fmod(double(b), m),
                                std::fmod(double(sequence_[b]), m)};
-  for (int r = 0; r < group_->size(); ++r) {
+  // The other ranks first: their slots say what they reduced. Our own slot can only differ when
+  // someone contributed a tensor that is not a bucket (its "zeros" were data).
+  for (int k = 1; k <= size; ++k) {
+    int r = (rank + k) % size;
     const double* theirs = &got[size_t(r) * kCodes];
     if (theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2]) continue;
     std::ostringstream os;
     os << "DistributedDataParallel: collective order mismatch (Note [Bucket order check]): rank " << rank
        << " all-reduced bucket " << b << " of iteration " << iteration_ << " as collective sequence number "
-       << sequence_[b] << ", but rank " << r << " contributed bucket " << theirs[1] << " of iteration " << theirs[0]
-       << " at sequence number " << theirs[2];
+       << sequence_[b] << ", but ";
+    if (r != rank)
+      os << "rank " << r << " contributed bucket " << theirs[1] << " of iteration " << theirs[0]
+         << " at sequence number " << theirs[2];
+    else
+      os << "another rank contributed a tensor that is not a DDP bucket (this rank's own check slot reads bucket "
+         << theirs[1] << " of iteration " << theirs[0] << ")";
     if (m < 1e9) os << " (codes modulo " << m << ")";
     os << "; every rank must issue the same collectives in the same order (an extra or missing all-reduce, "
           "barrier or broadcast on one rank, or a different model or control flow)";
@@ -310,7 +318,8 @@ void Reducer::finish() {
       if (!ready_[i]) missing.push_back(i);
   if (!options_.find_unused_parameters_) {
     std::vector<std::string> names;
-    for (size_t i : missing) names.push_back(names_[i]);
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!ready_[i]) names.push_back(names_[i]);  // registration order
     wait_launched_quietly();
     active_ = false;
     used_.assign(params_.size(), false);
