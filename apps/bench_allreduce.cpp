@@ -1,0 +1,154 @@
+// bench_allreduce: f32 sum allreduce time and bandwidth for sizes 1 KiB .. 256 MiB (powers of 4),
+// printed by rank 0 with nccl-tests' definitions: algbw = bytes / time, busbw = algbw * 2(n-1)/n.
+// Run it under a launcher (kiln-run, torchrun, srun, mpirun) or with --spawn N local ranks.
+#include <CLI/CLI.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+#include <kiln/parallel/file_store.h>
+#include <kiln/parallel/gloo_process_group.h>
+#include <kiln/parallel/init.h>
+
+using namespace kiln;
+
+namespace {
+
+struct Config {
+  int64_t min_bytes = 1024;
+  int64_t max_bytes = int64_t(256) << 20;
+  double min_seconds = 0.2;  // per size, after the warm-ups
+};
+
+std::string human_bytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && b % 1024 == 0 && u < 3) {
+    b /= 1024;
+    ++u;
+  }
+  return std::to_string(b) + " " + units[u];
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Every rank runs this; rank 0 prints. Iteration counts are agreed through a broadcast from
+// rank 0 so all ranks issue the same collectives.
+void run(dist::ProcessGroup& pg, const Config& cfg) {
+  int n = pg.size();
+  if (pg.rank() == 0) {
+    std::printf("bench_allreduce: %s, %d ranks, f32 sum; busbw = algbw * 2(n-1)/n\n", pg.backend().c_str(), n);
+    std::printf("%10s %8s %12s %12s %12s\n", "size", "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+    std::fflush(stdout);
+  }
+  for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= 4) {
+    int64_t numel = bytes / 4;
+    Tensor t = ones({numel});
+    pg.allreduce(t)->wait();  // warm-up, and a correctness check
+    KILN_CHECK(t.to_vector<float>()[numel - 1] == float(n), "bench_allreduce: the sum of ones over ", n,
+               " ranks came out as ", t.to_vector<float>()[numel - 1]);
+    t.zero_();  // zeros stay zeros under repeated sums
+
+    // Probe: time a few iterations on rank 0 and agree on the count.
+    double t0 = now_seconds();
+    for (int k = 0; k < 3; ++k) pg.allreduce(t)->wait();
+    Tensor iters = full({1}, std::clamp(cfg.min_seconds / ((now_seconds() - t0) / 3), 5.0, 10000.0), DType::i64);
+    pg.broadcast(iters, 0)->wait();
+    int64_t count = iters.item<int64_t>();
+
+    pg.barrier()->wait();
+    t0 = now_seconds();
+    std::vector<std::shared_ptr<dist::Work>> works;
+    works.reserve(count);
+    for (int64_t k = 0; k < count; ++k) works.push_back(pg.allreduce(t));
+    for (auto& w : works) w->wait();
+    double per = (now_seconds() - t0) / double(count);
+    if (pg.rank() == 0) {
+      double algbw = double(bytes) / per / 1e9;
+      double busbw = algbw * 2.0 * (n - 1) / n;
+      std::printf("%10s %8lld %12.1f %12.3f %12.3f\n", human_bytes(bytes).c_str(), static_cast<long long>(count),
+                  per * 1e6, algbw, busbw);
+      std::fflush(stdout);
+    }
+  }
+}
+
+// Forks `ranks` processes on this machine that rendezvous through a file store.
+int spawn(int ranks, const Config& cfg, dist::Millis timeout) {
+  char tmpl[] = "/tmp/kiln_bench_allreduce_XXXXXX";
+  KILN_CHECK(::mkdtemp(tmpl) != nullptr, "bench_allreduce: cannot create a temporary directory");
+  std::string dir = tmpl;
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    pid_t pid = ::fork();
+    KILN_CHECK(pid >= 0, "bench_allreduce: fork failed for rank ", r);
+    if (pid == 0) {
+      int code = 0;
+      try {
+        auto store = dist::make_file_store(dir, ranks);
+        store->set_timeout(timeout);
+        auto pg = dist::make_gloo_process_group(store, r, ranks, dist::GlooOptions().timeout(timeout));
+        run(*pg, cfg);
+        pg->barrier()->wait();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_allreduce: rank %d: %s\n", r, e.what());
+        code = 1;
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  int failed = 0;
+  for (int r = 0; r < ranks; ++r) {
+    int st = 0;
+    ::waitpid(pids[r], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ++failed;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (failed) std::fprintf(stderr, "bench_allreduce: %d of %d ranks failed\n", failed, ranks);
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_allreduce: allreduce time and bandwidth across ranks (nccl-tests' algbw/busbw)"};
+  Config cfg;
+  int spawn_ranks = 0;
+  int timeout_s = 300;
+  std::string backend = "gloo";
+  app.add_option("--spawn", spawn_ranks, "fork this many local ranks (file-store rendezvous) instead of "
+                                         "reading a launcher's RANK/WORLD_SIZE/MASTER_*")->check(CLI::Range(1, 1024));
+  app.add_option("--max-bytes", cfg.max_bytes, "largest message (bytes; sizes go 1 KiB, 4 KiB, ...)")
+      ->check(CLI::Range(int64_t(1024), int64_t(1) << 34));
+  app.add_option("--min-seconds", cfg.min_seconds, "timed seconds per size (at least 5 iterations)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--backend", backend, "under a launcher: auto, gloo or nccl");
+  app.add_option("--timeout", timeout_s, "rendezvous and collective timeout (seconds)")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    dist::Millis timeout = std::chrono::seconds(timeout_s);
+    if (spawn_ranks > 0) return spawn(spawn_ranks, cfg, timeout);
+    auto pg = dist::init_process_group(dist::InitOptions().backend(backend).timeout(timeout));
+    run(*pg, cfg);
+    pg->barrier()->wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

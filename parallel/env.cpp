@@ -1,0 +1,92 @@
+// read_env: the rank, world size and master address a launcher (kiln-run, torchrun, srun, mpirun)
+// hands a process through environment variables. Kept apart from init.cpp so it can be tested
+// without a store.
+#include <kiln/parallel/init.h>
+
+#include <charconv>
+#include <cstdlib>
+
+#include <kiln/core/error.h>
+
+namespace kiln::dist {
+namespace {
+
+constexpr const char* kHowToLaunch =
+    "run under kiln-run or torchrun (which set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), "
+    "or under srun / mpirun with MASTER_ADDR and MASTER_PORT exported";
+
+const char* get(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+int parse_int(const char* name, const char* text) {
+  int value = 0;
+  const char* end = text + std::char_traits<char>::length(text);
+  auto [ptr, ec] = std::from_chars(text, end, value);
+  KILN_CHECK(ec == std::errc() && ptr == end, "environment variable ", name, "=\"", text,
+             "\" is not an integer");
+  return value;
+}
+
+int require_int(const char* name) {
+  const char* v = get(name);
+  KILN_CHECK(v != nullptr, "environment variable ", name, " is not set: ", kHowToLaunch);
+  return parse_int(name, v);
+}
+
+struct Launcher {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+};
+
+constexpr Launcher kLaunchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+};
+
+}  // namespace
+
+EnvInfo read_env(const InitOptions& options) {
+  EnvInfo info;
+  const Launcher* launcher = nullptr;
+  for (const auto& l : kLaunchers)
+    if (get(l.rank) != nullptr) {
+      launcher = &l;
+      break;
+    }
+  if (options.rank_ >= 0 && options.world_size_ >= 1) {
+    info.rank = options.rank_;
+    info.world_size = options.world_size_;
+    info.launcher = "options";
+  } else {
+    KILN_CHECK(launcher != nullptr, "environment variable RANK is not set (nor SLURM_PROCID or OMPI_COMM_WORLD_RANK): ",
+               kHowToLaunch);
+    info.launcher = launcher->name;
+    info.rank = options.rank_ >= 0 ? options.rank_ : require_int(launcher->rank);
+    info.world_size = options.world_size_ >= 1 ? options.world_size_ : require_int(launcher->size);
+  }
+  const char* local = launcher != nullptr ? get(launcher->local_rank) : nullptr;
+  info.local_rank = local != nullptr ? parse_int(launcher->local_rank, local) : info.rank;
+  KILN_CHECK(info.world_size >= 1, "world size must be >= 1, got ", info.world_size);
+  KILN_CHECK(info.rank >= 0 && info.rank < info.world_size, "rank ", info.rank, " is not in [0, ", info.world_size,
+             ") (launcher: ", info.launcher, ")");
+  KILN_CHECK(info.local_rank >= 0, "local rank must be >= 0, got ", info.local_rank);
+
+  if (!options.master_addr_.empty()) {
+    info.master_addr = options.master_addr_;
+  } else {
+    const char* addr = get("MASTER_ADDR");
+    KILN_CHECK(addr != nullptr, "environment variable MASTER_ADDR is not set: ", kHowToLaunch);
+    info.master_addr = addr;
+  }
+  info.master_port = options.master_port_ >= 0 ? options.master_port_ : require_int("MASTER_PORT");
+  KILN_CHECK(info.master_port >= 1 && info.master_port <= 65535, "MASTER_PORT ", info.master_port,
+             " is not a TCP port (1..65535)");
+  return info;
+}
+
+}  // namespace kiln::dist

@@ -1,0 +1,49 @@
+// init_process_group: environment -> TCP store -> backend process group. "auto" means the
+// backend for the device Kiln trains on; until the CUDA backend brings its NCCL process group,
+// that is Gloo everywhere, and asking for "nccl" explicitly fails with an error that says so.
+#include <kiln/parallel/init.h>
+
+#include <unistd.h>
+
+#include <kiln/core/error.h>
+#include <kiln/parallel/gloo_process_group.h>
+
+namespace kiln::dist {
+namespace {
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+// The address this rank's Gloo device binds and advertises to its peers.
+std::string gloo_hostname(const std::string& master_addr) {
+  if (is_loopback(master_addr)) return "127.0.0.1";
+  char name[256] = {};
+  KILN_CHECK(::gethostname(name, sizeof name - 1) == 0, "init_process_group: gethostname failed");
+  return name;
+}
+
+std::string resolve_backend(const std::string& requested) {
+  KILN_CHECK(requested == "auto" || requested == "gloo" || requested == "nccl", "init_process_group: unknown backend \"",
+             requested, "\"; expected \"auto\", \"gloo\" or \"nccl\"");
+  return requested == "auto" ? "gloo" : requested;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  EnvInfo env = read_env(options);
+  std::string backend = resolve_backend(options.backend_);
+  KILN_CHECK(backend != "nccl", "init_process_group: backend \"nccl\" is not available yet: NCCL support arrives "
+             "with the CUDA backend; pass backend \"gloo\" for CPU collectives");
+  auto store = make_tcp_store(TCPStoreOptions()
+                                  .host(env.master_addr)
+                                  .port(static_cast<uint16_t>(env.master_port))
+                                  .is_server(env.rank == 0)
+                                  .timeout(options.timeout_));
+  store->set_timeout(options.timeout_);
+  return make_gloo_process_group(store, env.rank, env.world_size,
+                                 GlooOptions().timeout(options.timeout_).hostname(gloo_hostname(env.master_addr)));
+}
+
+}  // namespace kiln::dist

@@ -1,0 +1,51 @@
+// init_process_group: the one call a training program makes to join its job (torch's
+// init_process_group with init_method env://). It reads the launcher's variables, rendezvouses
+// through a TCP store served by rank 0, and returns the process group.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <kiln/parallel/process_group.h>
+#include <kiln/parallel/store.h>
+
+namespace kiln::dist {
+
+struct InitOptions {
+  std::string backend_ = "auto";  // "auto" (nccl with a usable CUDA device, else gloo), "gloo", "nccl"
+  Millis timeout_ = kDefaultTimeout;  // rendezvous and every collective
+  int rank_ = -1;                     // -1: from the environment
+  int world_size_ = -1;               // -1: from the environment
+  std::string master_addr_;           // empty: MASTER_ADDR
+  int master_port_ = -1;              // -1: MASTER_PORT
+  InitOptions& backend(std::string b) { backend_ = std::move(b); return *this; }
+  InitOptions& timeout(Millis t) { timeout_ = t; return *this; }
+  InitOptions& rank(int r) { rank_ = r; return *this; }
+  InitOptions& world_size(int n) { world_size_ = n; return *this; }
+  InitOptions& master_addr(std::string a) { master_addr_ = std::move(a); return *this; }
+  InitOptions& master_port(int p) { master_port_ = p; return *this; }
+};
+
+struct EnvInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string launcher;  // "torchrun" (RANK, also kiln-run), "slurm" or "mpi"; "options" when all given
+};
+
+// Where this process sits in the job. The rank variables come from the first launcher found:
+//   kiln-run / torchrun:  RANK, WORLD_SIZE, LOCAL_RANK (LOCAL_RANK defaults to RANK when absent)
+//   SLURM srun:           SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//   Open MPI mpirun:      OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+// and MASTER_ADDR / MASTER_PORT always. Fields set in `options` win over the environment.
+// A missing or malformed variable is a kiln::Error naming it and how to launch.
+EnvInfo read_env(const InitOptions& options = {});
+
+// Reads the environment, makes the TCP store (rank 0 serves at master_addr:master_port) and the
+// backend's process group. Gloo ranks advertise 127.0.0.1 when the master address is loopback,
+// else this machine's hostname.
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+
+}  // namespace kiln::dist
