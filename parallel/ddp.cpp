@@ -1,0 +1,171 @@
+// DistributedDataParallel construction (same model on every rank, rank 0's weights everywhere)
+// and the per-forward buffer broadcast; the gradient path is the Reducer's.
+#include <kiln/parallel/ddp.h>
+
+#include <cstring>
+#include <sstream>
+
+#include <kiln/autograd/grad_mode.h>
+#include <kiln/core/factory.h>
+
+namespace kiln::dist {
+
+namespace {
+
+// One line per parameter and buffer: "<kind>\t<name>\t<dtype>\t<shape>".
+struct Entry {
+  std::string kind, name, dtype, shape;
+};
+
+std::string describe(const nn::NamedTensors& params, const nn::NamedTensors& buffers) {
+  std::ostringstream os;
+  for (const auto* list : {&params, &buffers})
+    for (const auto& [name, t] : *list)
+      os << (list == &params ? "parameter" : "buffer") << '\t' << name << '\t' << t.dtype() << '\t' << t.shape()
+         << '\n';
+  return os.str();
+}
+
+std::vector<Entry> parse(const std::string& text) {
+  std::vector<Entry> out;
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    Entry e;
+    std::istringstream ls(line);
+    std::getline(ls, e.kind, '\t');
+    std::getline(ls, e.name, '\t');
+    std::getline(ls, e.dtype, '\t');
+    std::getline(ls, e.shape);
+    out.push_back(e);
+  }
+  return out;
+}
+
+// FNV-1a: the same text gives the same fingerprint on every rank.
+int64_t fingerprint(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  int64_t out;
+  std::memcpy(&out, &h, sizeof(out));
+  return out;
+}
+
+// The first difference between rank 0's entries and rank r's, as a sentence.
+std::string first_difference(const std::vector<Entry>& ref, const std::vector<Entry>& other, int r) {
+  std::ostringstream os;
+  size_t n = std::min(ref.size(), other.size());
+  for (size_t k = 0; k < n; ++k) {
+    const Entry &a = ref[k], &b = other[k];
+    if (a.kind != b.kind || a.name != b.name)
+      os << "entry " << k << ": rank " << r << " has " << b.kind << " '" << b.name << "' where rank 0 has " << a.kind
+         << " '" << a.name << "'";
+    else if (a.shape != b.shape)
+      os << "rank " << r << " has '" << b.name << "' of shape " << b.shape << " where rank 0 has " << a.shape;
+    else if (a.dtype != b.dtype)
+      os << "rank " << r << " has '" << b.name << "' of dtype " << b.dtype << " where rank 0 has " << a.dtype;
+    else
+      continue;
+    return os.str();
+  }
+  if (ref.size() > other.size())
+    os << "rank " << r << " has " << other.size() << " parameters and buffers where rank 0 has " << ref.size()
+       << "; the first one rank " << r << " lacks is " << ref[n].kind << " '" << ref[n].name << "'";
+  else
+    os << "rank " << r << " has " << other.size() << " parameters and buffers where rank 0 has " << ref.size()
+       << "; the first extra one is " << other[n].kind << " '" << other[n].name << "'";
+  return os.str();
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 std::shared_ptr<ProcessGroup> group, DDPOptions options)
+    : module_(std::move(module)), group_(std::move(group)), options_(options) {
+  KILN_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
+  KILN_CHECK(group_ != nullptr, "DistributedDataParallel: the process group is null");
+  KILN_CHECK(options_.bucket_cap_mb_ > 0 && options_.first_bucket_cap_mb_ > 0,
+             "DistributedDataParallel: bucket caps must be positive, got bucket_cap_mb ", options_.bucket_cap_mb_,
+             " and first_bucket_cap_mb ", options_.first_bucket_cap_mb_);
+  verify_same_model_across_ranks();
+
+  std::vector<Tensor> params, state;
+  std::vector<std::string> names;
+  for (auto& [name, p] : module_->named_parameters()) {
+    state.push_back(p);
+    if (!p.requires_grad()) continue;  // frozen: broadcast, never reduced
+    params.push_back(p);
+    names.push_back(name);
+  }
+  for (auto& [name, b] : module_->named_buffers()) state.push_back(b);
+  broadcast_from_rank0(state);
+
+  reducer_ = Reducer::create(std::move(params), std::move(names), group_,
+                             ReducerOptions()
+                                 .first_bucket_cap_bytes(mib_to_bytes(options_.first_bucket_cap_mb_))
+                                 .bucket_cap_bytes(mib_to_bytes(options_.bucket_cap_mb_))
+                                 .gradient_as_bucket_view(options_.gradient_as_bucket_view_)
+                                 .find_unused_parameters(options_.find_unused_parameters_)
+                                 .rebuild_buckets(!options_.static_graph_));
+}
+
+// All-gather (count, fingerprint); only on a mismatch are the full descriptions exchanged (lengths,
+// then the padded bytes), so the error can name the first differing parameter.
+void DistributedDataParallel::verify_same_model_across_ranks() {
+  const int size = group_->size();
+  auto params = module_->named_parameters();
+  auto buffers = module_->named_buffers();
+  std::string text = describe(params, buffers);
+  Tensor mine = from_vector(std::vector<int64_t>{int64_t(params.size() + buffers.size()), fingerprint(text)}, {2});
+  Tensor all = zeros({2 * int64_t(size)}, DType::i64);
+  group_->allgather(all, mine)->wait();
+  std::vector<int64_t> prints = all.to_vector<int64_t>();
+  bool same = true;
+  for (int r = 1; r < size; ++r) same = same && prints[2 * r] == prints[0] && prints[2 * r + 1] == prints[1];
+  if (same) return;
+
+  Tensor len = from_vector(std::vector<int64_t>{int64_t(text.size())}, {1});
+  Tensor lens = zeros({int64_t(size)}, DType::i64);
+  group_->allgather(lens, len)->wait();
+  std::vector<int64_t> lengths = lens.to_vector<int64_t>();
+  int64_t longest = 1;
+  for (int64_t l : lengths) longest = std::max(longest, l);
+  Tensor bytes = zeros({longest}, DType::u8);
+  std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  Tensor gathered = zeros({longest * size}, DType::u8);
+  group_->allgather(gathered, bytes)->wait();
+  const char* base = static_cast<const char*>(gathered.data_ptr());
+  std::vector<Entry> ref = parse(std::string(base, size_t(lengths[0])));
+  for (int r = 1; r < size; ++r) {
+    std::vector<Entry> other = parse(std::string(base + r * longest, size_t(lengths[r])));
+    bool differs = other.size() != ref.size();
+    for (size_t k = 0; !differs && k < ref.size(); ++k)
+      differs = other[k].kind != ref[k].kind || other[k].name != ref[k].name || other[k].shape != ref[k].shape ||
+                other[k].dtype != ref[k].dtype;
+    KILN_CHECK(!differs, "DistributedDataParallel: the model differs across ranks: ", first_difference(ref, other, r),
+               " (every rank must build the same model before wrapping it)");
+  }
+}
+
+// Launches one broadcast per tensor, then waits for them all.
+void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
+  if (group_->size() == 1) return;
+  std::vector<std::shared_ptr<Work>> works;
+  std::vector<Tensor> targets;
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || t.numel() == 0) continue;
+    KILN_CHECK(t.is_contiguous(), "DistributedDataParallel: a parameter or buffer of shape ", t.shape(),
+               " is not contiguous; rank 0's values cannot be broadcast into it");
+    Tensor target = t.detach();
+    targets.push_back(target);
+    works.push_back(group_->broadcast(targets.back(), 0));
+  }
+  for (auto& w : works) w->wait();
+}
+
+void DistributedDataParallel::prepare_forward() {
+  if (!options_.broadcast_buffers_) return;
+  broadcast_from_rank0(module_->buffers());
+}
+
+}  // namespace kiln::dist

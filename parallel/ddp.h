@@ -1,0 +1,111 @@
+// DistributedDataParallel: wraps a module so that every rank trains the same model on its own
+// share of the batch (torch.nn.parallel.DistributedDataParallel). Construction checks the model
+// is identical everywhere and broadcasts rank 0's weights; backward all-reduces gradients in buckets.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include <kiln/nn/module.h>
+#include <kiln/parallel/comm_hooks.h>
+#include <kiln/parallel/process_group.h>
+#include <kiln/parallel/reducer.h>
+
+namespace kiln::dist {
+
+struct DDPOptions {
+  double bucket_cap_mb_ = 25;        // MiB of gradients per bucket (torch's bucket_cap_mb)
+  double first_bucket_cap_mb_ = 1;   // the first bucket is small so communication starts early
+  bool gradient_as_bucket_view_ = false;  // .grad is a view of its bucket: Note [Bucket views]
+  bool find_unused_parameters_ = false;   // parameters without a gradient count as zero
+  bool broadcast_buffers_ = true;         // rank 0's buffers (BatchNorm stats) before each forward
+  bool static_graph_ = false;  // the gradient order never changes: keep the initial buckets
+  DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
+  DDPOptions& first_bucket_cap_mb(double v) { first_bucket_cap_mb_ = v; return *this; }
+  DDPOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
+  DDPOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
+  DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
+  DDPOptions& static_graph(bool v) { static_graph_ = v; return *this; }
+};
+
+// Usage, per rank (a torch user's `ddp(x)` is `ddp.forward<Net>(x)`):
+//   DistributedDataParallel ddp(net, group, DDPOptions().gradient_as_bucket_view(true));
+//   Tensor loss = loss_fn(ddp.forward<Net>(x), y);   // or: ddp.prepare_forward(); net->forward(x)
+//   loss.backward();                                 // buckets are all-reduced as grads arrive
+//   ddp.finish_gradient_synchronization();           // Note [When gradients are final]
+//   optimizer.step();
+// The module is shared (std::shared_ptr), not copied: the caller's handle and the optimizer see
+// the same parameters. A DistributedDataParallel is neither copyable nor movable (the parameter
+// hooks refer to its reducer).
+class DistributedDataParallel {
+ public:
+  // Collective: every rank of `group` must construct it at the same point.
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<ProcessGroup> group,
+                          DDPOptions options = {});
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // The wrapped module, as its concrete type (fails when it is not an M).
+  template <class M = nn::Module>
+  std::shared_ptr<M> module() const {
+    auto m = std::dynamic_pointer_cast<M>(module_);
+    KILN_CHECK(m != nullptr, "DistributedDataParallel::module: the wrapped module is a ", module_->name(),
+               ", not the requested type");
+    return m;
+  }
+
+  // What must happen before every forward: rank 0's buffers are broadcast (broadcast_buffers).
+  // Collective. forward() calls it; a caller that runs the module itself must call it first.
+  void prepare_forward();
+
+  // prepare_forward(), then the module's own forward with these arguments.
+  template <class M, class... Args>
+  decltype(auto) forward(Args&&... args) {
+    auto m = module<M>();
+    prepare_forward();
+    return m->forward(std::forward<Args>(args)...);
+  }
+
+  // Completes gradient averaging for the backward just run: a no-op when the last parameter's hook
+  // already did, or under no_sync. Call it after backward and before the optimizer step.
+  void finish_gradient_synchronization() { reducer_->finish(); }
+
+  // Gradient accumulation: while off (or inside a no_sync() guard) backward only accumulates into
+  // .grad; the next backward with sync on reduces the sum, one all-reduce per bucket.
+  void set_require_backward_grad_sync(bool sync) { reducer_->set_require_backward_grad_sync(sync); }
+  bool require_backward_grad_sync() const { return reducer_->require_backward_grad_sync(); }
+
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.require_backward_grad_sync()) {
+      ddp_.set_require_backward_grad_sync(false);
+    }
+    ~NoSyncGuard() { ddp_.set_require_backward_grad_sync(prev_); }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool prev_;
+  };
+  // `auto guard = ddp.no_sync();` -- torch's `with ddp.no_sync():`.
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Replaces the default all-reduce for every bucket (comm_hooks.h); before the first backward.
+  void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+
+  const DDPOptions& options() const { return options_; }
+  ProcessGroup& process_group() const { return *group_; }
+  Reducer& reducer() const { return *reducer_; }
+
+ private:
+  void verify_same_model_across_ranks();
+  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<ProcessGroup> group_;
+  DDPOptions options_;
+  std::shared_ptr<Reducer> reducer_;
+};
+
+}  // namespace kiln::dist

@@ -1,0 +1,120 @@
+// Reducer: the gradient side of DistributedDataParallel. A post-accumulate-grad hook on every
+// parameter marks it ready; a bucket whose parameters are all ready is all-reduced at once (in
+// bucket order on every rank), overlapping the rest of backward; finalize waits and averages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kiln/parallel/bucket.h>
+#include <kiln/parallel/comm_hooks.h>
+#include <kiln/parallel/process_group.h>
+
+namespace kiln::dist {
+
+struct ReducerOptions {
+  size_t first_bucket_cap_bytes_ = mib_to_bytes(1);
+  size_t bucket_cap_bytes_ = mib_to_bytes(25);
+  bool gradient_as_bucket_view_ = false;
+  bool find_unused_parameters_ = false;
+  bool rebuild_buckets_ = true;  // re-bucket in arrival order after the first synced iteration
+  ReducerOptions& first_bucket_cap_bytes(size_t v) { first_bucket_cap_bytes_ = v; return *this; }
+  ReducerOptions& bucket_cap_bytes(size_t v) { bucket_cap_bytes_ = v; return *this; }
+  ReducerOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
+  ReducerOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
+  ReducerOptions& rebuild_buckets(bool v) { rebuild_buckets_ = v; return *this; }
+};
+
+// Note [When gradients are final]
+// The backward engine has no "backward finished" callback, so the reducer finalizes (waits for
+// every bucket's Work, averages, copies back) inside the hook of the last parameter it expects:
+// when every parameter got a gradient, .grad holds the average as soon as backward() returns.
+// A parameter that gets no gradient leaves the iteration open; finish() (DDP's
+// finish_gradient_synchronization(), which the Trainer calls before every optimizer step) then
+// either treats it as a zero contribution (find_unused_parameters) or throws naming it. finish() is
+// cheap and idempotent, so the rule for callers is simply: call it after backward, before the step.
+// An iteration starts with the first hook of a synced backward; under no_sync (require sync off)
+// hooks only keep the bucket views in place and gradients accumulate in .grad.
+class Reducer : public std::enable_shared_from_this<Reducer> {
+ public:
+  // `params` in registration order (only those that require grad), with their dotted names.
+  // Registers the hooks, so the reducer must live in a shared_ptr: hooks hold it weakly and do
+  // nothing once it is gone.
+  static std::shared_ptr<Reducer> create(std::vector<Tensor> params, std::vector<std::string> names,
+                                         std::shared_ptr<ProcessGroup> group, ReducerOptions options);
+  ~Reducer();  // waits for collectives still writing into the buckets; logs their failures
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  void set_require_backward_grad_sync(bool sync) { require_sync_ = sync; }
+  bool require_backward_grad_sync() const { return require_sync_; }
+  // Completes the open iteration, if any; see Note [When gradients are final].
+  void finish();
+  // Replaces the default reduction (sum, then divide) for every bucket; see comm_hooks.h.
+  void register_comm_hook(CommHook hook);
+
+  // Introspection (tests, logging).
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  size_t bucket_count() const { return buckets_.size(); }
+  // Bucket index of parameter `i` (registration order) and its position in that bucket.
+  size_t bucket_of(size_t i) const { return bucket_of_[i]; }
+  // All-reduces of buckets launched in the current (or last finished) synced iteration, and ever.
+  int64_t allreduces_this_iteration() const { return launched_this_iteration_; }
+  int64_t allreduces_total() const { return launched_total_; }
+  int64_t iteration() const { return iteration_; }  // synced backward passes started
+  int64_t bucket_rebuilds() const { return rebuilds_; }
+  bool iteration_in_progress() const { return active_; }
+  const std::vector<Tensor>& parameters() const { return params_; }
+
+ private:
+  Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
+          ReducerOptions options);
+  void install_hooks();
+  void build_buckets(const std::vector<size_t>& order);
+  Tensor slice_of(size_t i) const;
+  bool grad_is_view(size_t i) const;
+  void install_view(size_t i, bool keep_grad);
+
+  void on_grad_ready(size_t i);
+  void start_iteration();
+  void mark_ready(size_t i);
+  void launch(size_t b);
+  void finalize();
+  void check_order(size_t b, const Tensor& tail) const;
+  void copy_back(size_t b, const Tensor& tail);
+  void rebuild_in_arrival_order();
+  void wait_launched_quietly() noexcept;
+  int64_t tail_size(size_t b) const;
+  void fail(const std::string& message);
+
+  std::vector<Tensor> params_;
+  std::vector<std::string> names_;
+  std::shared_ptr<ProcessGroup> group_;
+  ReducerOptions options_;
+  CommHook comm_hook_;
+
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_, slot_of_;  // per parameter
+
+  // Per iteration.
+  bool require_sync_ = true;
+  bool active_ = false;
+  int64_t iteration_ = 0;
+  std::vector<bool> ready_;         // per parameter, this iteration
+  std::vector<bool> used_;          // per parameter: got a gradient since the last synced step
+  std::vector<size_t> pending_;     // per bucket: parameters not ready yet
+  std::vector<std::shared_ptr<Work>> works_, side_works_;  // per bucket, while launched
+  std::vector<Tensor> side_;        // per bucket: the order-check tail when a comm hook reduces
+  std::vector<uint64_t> sequence_;  // per bucket: the group's sequence number at launch
+  size_t next_launch_ = 0;
+  size_t num_ready_ = 0;
+  std::vector<size_t> arrival_;     // first synced iteration: parameters in the order they got ready
+  bool rebuild_pending_ = false;
+
+  int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0;
+  std::string failure_;  // set once a collective failed or the order check fired: unusable
+};
+
+}  // namespace kiln::dist

@@ -1,0 +1,175 @@
+// DistributedDataParallel's refusals and consistency checks across real processes: different
+// models at construction, BatchNorm buffers kept identical, parameters without a gradient, and a
+// rank that issues an extra collective (Note [Bucket order check]).
+#include <kiln/parallel/ddp.h>
+#include <kiln/parallel/file_store.h>
+
+#include "parallel/ddp_fixtures.h"
+
+using namespace kiln;
+using namespace kiln::dist;
+using kiln::test::error_of;
+using kiln::test::expect;
+using kiln::test::expect_contains;
+using kiln::test::run_ranks;
+
+namespace {
+
+std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return {&pg, [](ProcessGroup*) {}}; }
+
+struct BnNet : nn::Module {
+  BnNet() {
+    Generator g(7);
+    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(3));
+    fc = register_module("fc", std::make_shared<nn::Linear>(nn::LinearOptions(12, 4).generator(g)));
+  }
+  Tensor forward(const Tensor& x) { return fc->forward(bn->forward(x).flatten(1)); }
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::shared_ptr<nn::Linear> fc;
+};
+
+// Every rank's copy of `t` (f64, same shape everywhere), gathered.
+std::vector<std::vector<double>> gather(ProcessGroup& pg, const Tensor& t) {
+  Tensor in = t.to(DType::f64).contiguous();
+  Tensor out = zeros({pg.size() * in.numel()}, DType::f64);
+  pg.allgather(out, in)->wait();
+  std::vector<std::vector<double>> per_rank;
+  for (int r = 0; r < pg.size(); ++r) per_rank.push_back(test::values(out.narrow(0, r * in.numel(), in.numel())));
+  return per_rank;
+}
+
+bool same_on_all_ranks(ProcessGroup& pg, const Tensor& t) {
+  auto all = gather(pg, t);
+  for (const auto& v : all)
+    if (v != all[0]) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("different models across ranks are refused at construction, naming the parameter") {
+  run_ranks(2, [](ProcessGroup& pg) {
+    test::NetSpec spec;
+    if (pg.rank() == 1) spec.in = 7;
+    auto net = std::make_shared<test::Net>(1, spec);
+    std::string msg = error_of([&] { DistributedDataParallel ddp(net, borrow(pg)); }, "shape mismatch");
+    expect_contains(msg, "rank 1 has 'fc1.weight' of shape [8, 7] where rank 0 has [8, 6]", "shape mismatch");
+  });
+  run_ranks(3, [](ProcessGroup& pg) {
+    test::NetSpec spec;
+    spec.shuffled = pg.rank() == 2;
+    auto net = std::make_shared<test::Net>(1, spec);
+    std::string msg = error_of([&] { DistributedDataParallel ddp(net, borrow(pg)); }, "order mismatch");
+    expect_contains(msg, "rank 2 has parameter 'fc3.weight' where rank 0 has parameter 'fc1.weight'", "names");
+  });
+  run_ranks(2, [](ProcessGroup& pg) {
+    test::NetSpec spec;
+    spec.unused = pg.rank() == 0;
+    auto net = std::make_shared<test::Net>(1, spec);
+    std::string msg = error_of([&] { DistributedDataParallel ddp(net, borrow(pg)); }, "count mismatch");
+    expect_contains(msg, "the first one rank 1 lacks is parameter 'spare.weight'", "count");
+  });
+}
+
+TEST_CASE("broadcast_buffers keeps BatchNorm running statistics identical across ranks") {
+  for (bool broadcast : {true, false}) {
+    CAPTURE(broadcast);
+    run_ranks(2, [&](ProcessGroup& pg) {
+      auto net = std::make_shared<BnNet>();
+      DistributedDataParallel ddp(net, borrow(pg), DDPOptions().broadcast_buffers(broadcast));
+      optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad();
+        Tensor x = test::random({4, 3, 2, 2}, DType::f32, 10 * step + pg.rank());  // different data per rank
+        mse_loss(ddp.forward<BnNet>(x), zeros({4, 4})).backward();
+        ddp.finish_gradient_synchronization();
+        opt.step();
+      }
+      // Each rank's last forward updated the statistics from its own batch...
+      expect(!same_on_all_ranks(pg, net->bn->running_mean), "running_mean after local forwards differs");
+      // ...and the next forward starts from rank 0's.
+      ddp.prepare_forward();
+      bool same = same_on_all_ranks(pg, net->bn->running_mean) && same_on_all_ranks(pg, net->bn->running_var) &&
+                  same_on_all_ranks(pg, net->bn->num_batches_tracked);
+      expect(same == broadcast, broadcast ? "buffers differ after the broadcast" : "buffers equal without broadcast");
+      expect(same_on_all_ranks(pg, net->fc->weight), "parameters stay identical");
+    });
+  }
+}
+
+TEST_CASE("a parameter without a gradient: a clear error naming it, unless find_unused_parameters") {
+  run_ranks(2, [](ProcessGroup& pg) {
+    test::TrainSpec s;
+    s.net.unused = true;
+    std::string msg = error_of([&] { test::train_ddp(pg, s, test::small_buckets()); }, "unused parameter");
+    expect_contains(msg, "'spare.weight', 'spare.bias'", "unused names");
+    expect_contains(msg, "find_unused_parameters(true)", "hint");
+    expect_contains(msg, "iteration 1", "iteration");
+  });
+  for (bool views : {false, true}) {
+    CAPTURE(views);
+    run_ranks(2, [&](ProcessGroup& pg) {
+      test::TrainSpec s;
+      s.net.unused = true;
+      auto opts = test::small_buckets().find_unused_parameters(true).gradient_as_bucket_view(views);
+      auto got = test::train_ddp(pg, s, opts, [&](DistributedDataParallel& ddp, int step) {
+        // (Step 0 ends with the rebuild, which may change the number of buckets.)
+        expect(step == 0 || ddp.reducer().allreduces_this_iteration() == int64_t(ddp.reducer().bucket_count()),
+               "every bucket reduced, the unused one included: " +
+                   std::to_string(ddp.reducer().allreduces_this_iteration()) + " of " +
+                   std::to_string(ddp.reducer().bucket_count()));
+      });
+      // No rank used spare, so its .grad stays undefined and AdamW skips it, as in the reference.
+      test::expect_close(got, test::train_reference(s, 2), 1e-5, "parameters with an unused branch");
+    });
+  }
+}
+
+TEST_CASE("a rank that issues an extra collective is caught by the bucket order check") {
+  char dir_template[] = "/tmp/kiln_ddp_order_XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  std::string dir = dir_template;
+  test::RunRanksOptions options;
+  options.timeout = std::chrono::seconds(4);
+  run_ranks(
+      2,
+      [&](ProcessGroup& pg) {
+        // Three layers of 4x4: three buckets of 20 gradients (80 bytes) and the same tail each.
+        test::NetSpec spec{4, 4, 4};
+        auto net = std::make_shared<test::Net>(1, spec);
+        auto opts = DDPOptions().first_bucket_cap_mb(80.0 / (1 << 20)).bucket_cap_mb(80.0 / (1 << 20));
+        DistributedDataParallel ddp(net, borrow(pg), opts);
+        expect(ddp.reducer().bucket_count() == 3, "three buckets");
+        Tensor x = test::random({2, 4}, DType::f32, 3);
+        if (pg.rank() == 1) {
+          Tensor extra = full({ddp.reducer().buckets()[0].flat.numel()}, 7.0);
+          pg.allreduce(extra)->wait();  // rank 0 never issues this one
+        }
+        std::string msg = error_of(
+            [&] {
+              mse_loss(ddp.forward<test::Net>(x), zeros({2, 4})).backward();
+              ddp.finish_gradient_synchronization();
+            },
+            "order check");
+        expect_contains(msg, "collective order mismatch", "order");
+        expect_contains(msg, "rank " + std::to_string(pg.rank()) + " all-reduced bucket 0 of iteration 1", "bucket");
+        expect_contains(msg, "sequence number", "sequence number");
+        expect_contains(msg, pg.rank() == 0 ? "rank 1 contributed bucket 7 of iteration 7"
+                                            : "rank 0 contributed bucket 1 of iteration 1",
+                        "the other rank's codes");
+        // The DDP refuses to go on.
+        std::string again = error_of([&] { ddp.finish_gradient_synchronization(); }, "after failure");
+        expect_contains(again, "unusable after an earlier failure", "poisoned");
+        // Rank 1's last bucket never gets a partner; meet outside the broken group, then leave
+        // without the harness's final barrier.
+        auto store = make_file_store(dir, 2);
+        store->add("done", 1);
+        for (int i = 0; i < 3000 && store->add("done", 0) < 2; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::fflush(nullptr);
+        ::_exit(0);
+      },
+      options);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
