@@ -5,3 +5,4 @@
 #include <kiln/core/core.h>
 #include <kiln/nn/nn.h>
 #include <kiln/optim/optim.h>
+#include <kiln/parallel/parallel.h>
