@@ -1,6 +1,8 @@
 // AutogradMeta helpers: creating it, finding gradient edges, leaf accumulators and hooks.
 #include <kiln/autograd/meta.h>
 
+#include <kiln/autograd/grad_mode.h>
+
 namespace kiln {
 
 namespace detail {
@@ -33,6 +35,18 @@ Edge gradient_edge(const Tensor& t) {
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
   if (m->requires_grad) return {grad_accumulator(t), 0};
   return {};
+}
+
+void zero_grad(const std::vector<Tensor>& params, bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (set_to_none)
+      p.set_grad(Tensor());
+    else
+      g.zero_();
+  }
 }
 
 void register_hook(const Tensor& t, GradHook hook) {

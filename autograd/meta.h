@@ -33,6 +33,10 @@ Edge gradient_edge(const Tensor& t);
 // The leaf's AccumulateGrad node (created on demand; the meta holds it weakly).
 std::shared_ptr<AccumulateGrad> grad_accumulator(const Tensor& leaf);
 
+// Clears the .grad of each tensor: set to undefined, or zeroed in place (keeping the buffer, e.g. a
+// DDP bucket view). Used by Module::zero_grad and Optimizer::zero_grad.
+void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);
+
 // Registers a hook on the gradient w.r.t. `t` (leaf or not); it may return a replacement.
 void register_hook(const Tensor& t, GradHook hook);
 // Registers a hook that fires when a leaf's .grad is final for the current backward pass.

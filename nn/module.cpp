@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include <kiln/autograd/grad_mode.h>
+#include <kiln/autograd/meta.h>
 #include <kiln/core/factory.h>
 
 namespace kiln::nn {
@@ -197,17 +198,7 @@ void Module::to(Device device, DType dtype) {
   to(dtype);
 }
 
-void Module::zero_grad(bool set_to_none) {
-  NoGradGuard no_grad;
-  for (const Tensor& p : parameters()) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (set_to_none)
-      p.set_grad(Tensor());
-    else
-      g.zero_();
-  }
-}
+void Module::zero_grad(bool set_to_none) { autograd::zero_grad(parameters(), set_to_none); }
 
 NamedTensors Module::state_dict() const {
   NamedTensors out;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include <kiln/autograd/grad_mode.h>
+#include <kiln/autograd/meta.h>
 #include <kiln/core/factory.h>
 
 namespace kiln::optim {
@@ -93,16 +94,7 @@ Tensor Optimizer::grad_for_update(size_t group, size_t index) const {
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
-  NoGradGuard no_grad;
-  for (const auto& group : params_)
-    for (const Tensor& p : group) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      if (set_to_none)
-        p.set_grad(Tensor());
-      else
-        g.zero_();
-    }
+  for (const auto& group : params_) autograd::zero_grad(group, set_to_none);
 }
 
 NamedTensors Optimizer::state_dict() const {

@@ -37,6 +37,14 @@ inline Tensor random(const Shape& shape, DType dtype = DType::f32, uint64_t seed
   return u.to(dtype);
 }
 
+// A leaf that requires grad, uniform in [lo, hi): f64 unless asked (gradcheck needs f64).
+inline Tensor grad_leaf(const Shape& shape, uint64_t seed, double lo = -2.0, double hi = 2.0, DType dtype = DType::f64) {
+  Tensor t = random(shape, dtype, seed, lo, hi);
+  t.requires_grad_();
+  return t;
+}
+inline Tensor grad_leaf(const Shape& shape, uint64_t seed, DType dtype) { return grad_leaf(shape, seed, -2.0, 2.0, dtype); }
+
 // Visits every multi-index of `shape` in row-major order.
 inline void for_each_index(const Shape& shape, const std::function<void(const std::vector<int64_t>&)>& fn) {
   int64_t n = shape_numel(shape);

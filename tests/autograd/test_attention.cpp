@@ -7,11 +7,6 @@
 using namespace kiln;
 
 namespace {
-Tensor input(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Tensor t = test::random(s, DType::f64, seed, lo, hi);
-  t.requires_grad_();
-  return t;
-}
 
 // out[b,h,i,:] = sum_j softmax_j(q_i . k_j / sqrt(D), j <= i if causal) v_j.
 std::vector<double> attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
@@ -62,21 +57,21 @@ TEST_CASE("attention: values match a plain loop, causal and not") {
 TEST_CASE("attention: gradcheck w.r.t. q, k and v") {
   for (bool causal : {true, false}) {
     CAPTURE(causal);
-    Tensor q = input({2, 2, 4, 3}, 4), k = input({2, 2, 4, 3}, 5), v = input({2, 2, 4, 3}, 6);
+    Tensor q = test::grad_leaf({2, 2, 4, 3}, 4), k = test::grad_leaf({2, 2, 4, 3}, 5), v = test::grad_leaf({2, 2, 4, 3}, 6);
     CHECK(gradcheck([causal](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal); },
                     {q, k, v}));
     // Only some inputs requiring grad; v with its own head dim.
     Tensor kc = test::random({1, 2, 4, 3}, DType::f64, 7);
-    Tensor v5 = input({1, 2, 4, 5}, 8);
+    Tensor v5 = test::grad_leaf({1, 2, 4, 5}, 8);
     CHECK(gradcheck([&](const auto& x) { return scaled_dot_product_attention(x[0], kc, x[1], causal); },
-                    {input({1, 2, 4, 3}, 9), v5}));
+                    {test::grad_leaf({1, 2, 4, 3}, 9), v5}));
   }
   // Through non-contiguous (B, T, H, D) -> (B, H, T, D) views, as a model produces them.
   CHECK(gradcheck(
       [](const auto& x) {
         return scaled_dot_product_attention(x[0].transpose(1, 2), x[1].transpose(1, 2), x[2].transpose(1, 2));
       },
-      {input({1, 3, 2, 2}, 10), input({1, 3, 2, 2}, 11), input({1, 3, 2, 2}, 12)}));
+      {test::grad_leaf({1, 3, 2, 2}, 10), test::grad_leaf({1, 3, 2, 2}, 11), test::grad_leaf({1, 3, 2, 2}, 12)}));
 }
 
 TEST_CASE("attention: shape and dtype errors name the shapes") {

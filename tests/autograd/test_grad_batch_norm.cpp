@@ -5,11 +5,6 @@
 using namespace kiln;
 
 namespace {
-Tensor input(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Tensor t = test::random(s, DType::f64, seed, lo, hi);
-  t.requires_grad_();
-  return t;
-}
 
 // Per-channel statistics of x (N, C, *) computed by hand: mean, biased and unbiased variance.
 struct Stats {
@@ -46,8 +41,8 @@ std::vector<double> normalize(const Tensor& x, const std::vector<double>& mean, 
 TEST_CASE("gradcheck: batch_norm in training mode, 2-D and 4-D, with and without affine") {
   for (const Shape& shape : {Shape{5, 3}, Shape{2, 3, 3, 2}, Shape{3, 3, 4}}) {
     CAPTURE(shape);
-    Tensor x = input(shape, 1);
-    Tensor w = input({3}, 2, 0.5, 2.0), b = input({3}, 3);
+    Tensor x = test::grad_leaf(shape, 1);
+    Tensor w = test::grad_leaf({3}, 2, 0.5, 2.0), b = test::grad_leaf({3}, 3);
     Tensor rm = zeros({3}, DType::f64), rv = ones({3}, DType::f64);
     CHECK(gradcheck([&](const auto& v) { return batch_norm(v[0], rm, rv, v[1], v[2], true); }, {x, w, b}));
     CHECK(gradcheck([](const auto& v) { return batch_norm(v[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
@@ -60,8 +55,8 @@ TEST_CASE("gradcheck: batch_norm in training mode, 2-D and 4-D, with and without
 TEST_CASE("gradcheck: batch_norm in eval mode uses the running statistics") {
   for (const Shape& shape : {Shape{4, 3}, Shape{2, 3, 3, 2}}) {
     CAPTURE(shape);
-    Tensor x = input(shape, 4);
-    Tensor w = input({3}, 5, 0.5, 2.0), b = input({3}, 6);
+    Tensor x = test::grad_leaf(shape, 4);
+    Tensor w = test::grad_leaf({3}, 5, 0.5, 2.0), b = test::grad_leaf({3}, 6);
     Tensor rm = test::random({3}, DType::f64, 7), rv = test::random({3}, DType::f64, 8, 0.5, 2.0);
     CHECK(gradcheck([&](const auto& v) { return batch_norm(v[0], rm, rv, v[1], v[2], false); }, {x, w, b}));
     CHECK(gradcheck([&](const auto& v) { return batch_norm(v[0], rm, rv, Tensor(), Tensor(), false); }, {x}));
@@ -109,7 +104,7 @@ TEST_CASE("batch_norm training: 2-D input, other momentum, and the update also r
 }
 
 TEST_CASE("batch_norm eval: normalizes with the running stats and leaves them unchanged") {
-  Tensor x = input({2, 3, 2, 2}, 11);
+  Tensor x = test::grad_leaf({2, 3, 2, 2}, 11);
   const std::vector<double> w0{0.5, 1.0, -2.0}, b0{0.0, 1.0, -1.0}, rm0{0.1, -0.4, 0.7}, rv0{0.9, 1.5, 0.3};
   Tensor w = from_vector(w0, {3}), b = from_vector(b0, {3});
   Tensor rm = from_vector(rm0, {3}), rv = from_vector(rv0, {3});
@@ -126,7 +121,7 @@ TEST_CASE("batch_norm eval: normalizes with the running stats and leaves them un
 
 TEST_CASE("batch_norm training: dweight and dbias are the per-channel sums") {
   Tensor x = test::random({4, 2, 3}, DType::f64, 12);
-  Tensor w = input({2}, 13), b = input({2}, 14);
+  Tensor w = test::grad_leaf({2}, 13), b = test::grad_leaf({2}, 14);
   Tensor out = batch_norm(x, Tensor(), Tensor(), w, b, true);
   Tensor dy = test::random({4, 2, 3}, DType::f64, 15);
   out.backward(dy);
@@ -142,16 +137,16 @@ TEST_CASE("batch_norm training: dweight and dbias are the per-channel sums") {
 }
 
 TEST_CASE("batch_norm: bad inputs are reported with their shapes") {
-  Tensor x = input({4, 3, 2, 2}, 16);
+  Tensor x = test::grad_leaf({4, 3, 2, 2}, 16);
   Tensor c3 = ones({3}, DType::f64), c4 = ones({4}, DType::f64);
   CHECK_ERROR_CONTAINS(batch_norm(x, c3, c3, c4, c3, true), "batch_norm", "weight", "[3]", "[4]");
   CHECK_ERROR_CONTAINS(batch_norm(x, c3, c3, c3, c4, true), "batch_norm", "bias", "[4]");
   CHECK_ERROR_CONTAINS(batch_norm(x, c4, c3, c3, c3, true), "batch_norm", "running_mean", "[4]");
   CHECK_ERROR_CONTAINS(batch_norm(x, c3, ones({3, 1}, DType::f64), c3, c3, true), "running_var", "[3, 1]");
   CHECK_ERROR_CONTAINS(batch_norm(x, c3, Tensor(), c3, c3, true), "running_mean and running_var");
-  CHECK_ERROR_CONTAINS(batch_norm(input({5}, 17), Tensor(), Tensor(), Tensor(), Tensor(), true), "at least 2 dims",
+  CHECK_ERROR_CONTAINS(batch_norm(test::grad_leaf({5}, 17), Tensor(), Tensor(), Tensor(), Tensor(), true), "at least 2 dims",
                        "[5]");
-  CHECK_ERROR_CONTAINS(batch_norm(input({1, 3}, 18), Tensor(), Tensor(), Tensor(), Tensor(), true),
+  CHECK_ERROR_CONTAINS(batch_norm(test::grad_leaf({1, 3}, 18), Tensor(), Tensor(), Tensor(), Tensor(), true),
                        "more than 1 value per channel", "[1, 3]");
   CHECK_ERROR_CONTAINS(batch_norm(x, Tensor(), Tensor(), c3, c3, false), "eval mode");
   CHECK_ERROR_CONTAINS(batch_norm(ones({2, 3}, DType::i64), Tensor(), Tensor(), Tensor(), Tensor(), true),

@@ -12,11 +12,6 @@ using namespace kiln;
 // kiln::ops overloads, which an unqualified call could not tell apart.
 
 namespace {
-Tensor input(const Shape& s, uint64_t seed) {
-  Tensor t = test::random(s, DType::f64, seed);
-  t.requires_grad_();
-  return t;
-}
 // Distinct values (a shuffled 0.1-spaced ramp) so a max never ties, even after an eps nudge.
 Tensor distinct(const Shape& s, uint64_t seed) {
   std::vector<double> v(static_cast<size_t>(shape_numel(s)));
@@ -48,10 +43,10 @@ TEST_CASE("gradcheck: conv2d over stride, padding, dilation and groups, with and
       const std::string name = c.name;
       CAPTURE(name);
       CAPTURE(with_bias);
-      Tensor x = input({2, 4, 6, 5}, 1), w = input({8, 4 / c.groups, 3, 2}, 2);
+      Tensor x = test::grad_leaf({2, 4, 6, 5}, 1), w = test::grad_leaf({8, 4 / c.groups, 3, 2}, 2);
       Conv2dOptions o = c.options;
       if (with_bias) {
-        Tensor b = input({8}, 3);
+        Tensor b = test::grad_leaf({8}, 3);
         CHECK(gradcheck([o](const auto& v) { return kiln::conv2d(v[0], v[1], v[2], o); }, {x, w, b}));
       } else {
         CHECK(gradcheck([o](const auto& v) { return kiln::conv2d(v[0], v[1], Tensor(), o); }, {x, w}));
@@ -62,7 +57,7 @@ TEST_CASE("gradcheck: conv2d over stride, padding, dilation and groups, with and
 
 TEST_CASE("conv2d: gradients go only to the inputs that require them") {
   Tensor x = test::random({1, 2, 4, 4}, DType::f64, 4);
-  Tensor w = input({3, 2, 3, 3}, 5), b = test::random({3}, DType::f64, 6);
+  Tensor w = test::grad_leaf({3, 2, 3, 3}, 5), b = test::random({3}, DType::f64, 6);
   kiln::conv2d(x, w, b).backward(ones({1, 3, 2, 2}, DType::f64));
   CHECK(w.grad().defined());
   CHECK(w.grad().shape() == Shape{3, 2, 3, 3});
@@ -94,33 +89,33 @@ TEST_CASE("max_pool2d: the gradient goes to each window's argmax") {
 }
 
 TEST_CASE("gradcheck: avg_pool2d and adaptive_avg_pool2d") {
-  CHECK(gradcheck([](const auto& v) { return kiln::avg_pool2d(v[0], 3, 2, 1); }, {input({2, 3, 7, 6}, 10)}));
+  CHECK(gradcheck([](const auto& v) { return kiln::avg_pool2d(v[0], 3, 2, 1); }, {test::grad_leaf({2, 3, 7, 6}, 10)}));
   CHECK(gradcheck([](const auto& v) { return kiln::avg_pool2d(v[0], {2, 3}, Size2{1, 2}, {1, 0}); },
-                  {input({2, 2, 5, 7}, 11)}));
-  CHECK(gradcheck([](const auto& v) { return kiln::avg_pool2d(v[0], 2); }, {input({3, 4, 6}, 12)}));
+                  {test::grad_leaf({2, 2, 5, 7}, 11)}));
+  CHECK(gradcheck([](const auto& v) { return kiln::avg_pool2d(v[0], 2); }, {test::grad_leaf({3, 4, 6}, 12)}));
   // Overlapping windows (5 -> 3 rows), shrinking, identity, and a global pool.
-  CHECK(gradcheck([](const auto& v) { return kiln::adaptive_avg_pool2d(v[0], {3, 2}); }, {input({2, 3, 5, 7}, 13)}));
-  CHECK(gradcheck([](const auto& v) { return kiln::adaptive_avg_pool2d(v[0], {5, 7}); }, {input({1, 2, 5, 7}, 14)}));
-  CHECK(gradcheck([](const auto& v) { return kiln::adaptive_avg_pool2d(v[0], 1); }, {input({3, 4, 5}, 15)}));
+  CHECK(gradcheck([](const auto& v) { return kiln::adaptive_avg_pool2d(v[0], {3, 2}); }, {test::grad_leaf({2, 3, 5, 7}, 13)}));
+  CHECK(gradcheck([](const auto& v) { return kiln::adaptive_avg_pool2d(v[0], {5, 7}); }, {test::grad_leaf({1, 2, 5, 7}, 14)}));
+  CHECK(gradcheck([](const auto& v) { return kiln::adaptive_avg_pool2d(v[0], 1); }, {test::grad_leaf({3, 4, 5}, 15)}));
 }
 
 TEST_CASE("avg_pool2d: padding counts in the divisor of the gradient") {
-  Tensor x = input({1, 1, 2, 2}, 16);
+  Tensor x = test::grad_leaf({1, 1, 2, 2}, 16);
   kiln::avg_pool2d(x, 2, 1, 1).backward(ones({1, 1, 3, 3}, DType::f64));
   // Every input pixel lies in 4 of the 9 windows, each dividing by the full 2x2 kernel.
   CHECK(test::values(x.grad()) == std::vector<double>{1, 1, 1, 1});
-  Tensor z = input({1, 1, 4, 6}, 17);
+  Tensor z = test::grad_leaf({1, 1, 4, 6}, 17);
   kiln::adaptive_avg_pool2d(z, {1, 2}).backward(ones({1, 1, 1, 2}, DType::f64));
   test::check_close(z.grad(), std::vector<double>(24, 1.0 / 12), 1e-12, 0, "adaptive 1/12");
 }
 
 TEST_CASE("conv and pooling: bad inputs are reported with their shapes") {
-  Tensor x = input({1, 4, 6, 6}, 18);
-  CHECK_ERROR_CONTAINS(kiln::conv2d(x, input({2, 3, 3, 3}, 19)), "conv2d", "channels", "[2, 3, 3, 3]");
-  CHECK_ERROR_CONTAINS(kiln::conv2d(x, input({2, 4, 3, 3}, 20), input({3}, 21)), "conv2d", "bias", "[3]");
-  CHECK_ERROR_CONTAINS(kiln::conv2d(x, input({3, 2, 3, 3}, 22), Tensor(), Conv2dOptions().groups(2)), "groups 2",
+  Tensor x = test::grad_leaf({1, 4, 6, 6}, 18);
+  CHECK_ERROR_CONTAINS(kiln::conv2d(x, test::grad_leaf({2, 3, 3, 3}, 19)), "conv2d", "channels", "[2, 3, 3, 3]");
+  CHECK_ERROR_CONTAINS(kiln::conv2d(x, test::grad_leaf({2, 4, 3, 3}, 20), test::grad_leaf({3}, 21)), "conv2d", "bias", "[3]");
+  CHECK_ERROR_CONTAINS(kiln::conv2d(x, test::grad_leaf({3, 2, 3, 3}, 22), Tensor(), Conv2dOptions().groups(2)), "groups 2",
                        "output channels");
   CHECK_ERROR_CONTAINS(kiln::max_pool2d(x, 2, std::nullopt, 2), "max_pool2d", "padding");
-  CHECK_ERROR_CONTAINS(kiln::avg_pool2d(input({4, 6}, 23), 2), "avg_pool2d", "[4, 6]");
+  CHECK_ERROR_CONTAINS(kiln::avg_pool2d(test::grad_leaf({4, 6}, 23), 2), "avg_pool2d", "[4, 6]");
   CHECK_ERROR_CONTAINS(kiln::adaptive_avg_pool2d(x, {0, 2}), "adaptive_avg_pool2d", "positive");
 }

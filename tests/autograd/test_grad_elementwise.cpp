@@ -5,11 +5,6 @@
 using namespace kiln;
 
 namespace {
-Tensor input(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Tensor t = test::random(s, DType::f64, seed, lo, hi);
-  t.requires_grad_();
-  return t;
-}
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 }  // namespace
 
@@ -24,10 +19,10 @@ TEST_CASE("gradcheck: binary ops with broadcasting") {
   };
   for (auto& [name, fn] : cases) {
     CAPTURE(name);
-    Tensor a = input({3, 1, 4}, 1), b = input({5, 1}, 2, 0.5, 2.0);
+    Tensor a = test::grad_leaf({3, 1, 4}, 1), b = test::grad_leaf({5, 1}, 2, 0.5, 2.0);
     CHECK(gradcheck(fn, {a, b}));
   }
-  Tensor a = input({3, 4}, 3, 0.5, 2.0), b = input({4}, 4, -1.0, 1.5);
+  Tensor a = test::grad_leaf({3, 4}, 3, 0.5, 2.0), b = test::grad_leaf({4}, 4, -1.0, 1.5);
   CHECK(gradcheck([](const auto& v) { return pow(v[0], v[1]); }, {a, b}));
 }
 
@@ -54,27 +49,27 @@ TEST_CASE("gradcheck: scalar forms and unary ops") {
   };
   for (auto& [name, fn] : cases) {
     CAPTURE(name);
-    CHECK(gradcheck(fn, {input({4, 5}, 7)}));
+    CHECK(gradcheck(fn, {test::grad_leaf({4, 5}, 7)}));
   }
 }
 
 TEST_CASE("gradcheck: where and masked_fill route gradients past the mask") {
   Tensor cond = ops::gt(test::random({3, 4}, DType::f64, 9), 0.0);
-  Tensor a = input({3, 4}, 10), b = input({4}, 11);
+  Tensor a = test::grad_leaf({3, 4}, 10), b = test::grad_leaf({4}, 11);
   CHECK(gradcheck([&](const auto& v) { return where(cond, v[0], v[1]); }, {a, b}));
   Tensor mask = ops::lt(arange(4).view({1, 4}), 2.0);
-  CHECK(gradcheck([&](const auto& v) { return masked_fill(v[0], mask, -3.0); }, {input({3, 4}, 12)}));
+  CHECK(gradcheck([&](const auto& v) { return masked_fill(v[0], mask, -3.0); }, {test::grad_leaf({3, 4}, 12)}));
 }
 
 TEST_CASE("gradcheck catches a wrong gradient") {
   // A deliberately wrong backward: d/dx of (x detached * x) is reported as x, not 2x.
-  Tensor x = input({3}, 13);
+  Tensor x = test::grad_leaf({3}, 13);
   CHECK_ERROR_CONTAINS(gradcheck([](const auto& v) { return v[0].detach() * v[0]; }, {x}), "gradcheck",
                        "analytic", "numeric");
 }
 
 TEST_CASE("mixed precision: an f32 op on an f64 leaf returns an f64 gradient") {
-  Tensor x = input({4}, 14);
+  Tensor x = test::grad_leaf({4}, 14);
   Tensor y = x.to(DType::f32) * from_vector(std::vector<float>{1, 2, 3, 4}, {4});
   y.backward(ones({4}));
   CHECK(x.grad().dtype() == DType::f64);

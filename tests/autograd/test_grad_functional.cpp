@@ -5,22 +5,15 @@
 
 using namespace kiln;
 
-namespace {
-Tensor input(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Tensor t = test::random(s, DType::f64, seed, lo, hi);
-  t.requires_grad_();
-  return t;
-}
-}  // namespace
 
 TEST_CASE("softmax and log_softmax: gradcheck on every dim") {
   for (int64_t dim : {0, 1, 2, -1}) {
     CAPTURE(dim);
-    CHECK(gradcheck([dim](const auto& v) { return softmax(v[0], dim); }, {input({3, 4, 5}, 1)}));
-    CHECK(gradcheck([dim](const auto& v) { return log_softmax(v[0], dim); }, {input({3, 4, 5}, 2)}));
+    CHECK(gradcheck([dim](const auto& v) { return softmax(v[0], dim); }, {test::grad_leaf({3, 4, 5}, 1)}));
+    CHECK(gradcheck([dim](const auto& v) { return log_softmax(v[0], dim); }, {test::grad_leaf({3, 4, 5}, 2)}));
   }
   // Through a non-contiguous input.
-  CHECK(gradcheck([](const auto& v) { return softmax(v[0].transpose(0, 1), 1); }, {input({4, 3}, 3)}));
+  CHECK(gradcheck([](const auto& v) { return softmax(v[0].transpose(0, 1), 1); }, {test::grad_leaf({4, 3}, 3)}));
 }
 
 TEST_CASE("softmax and log_softmax: values match a plain loop over dim 1") {
@@ -40,14 +33,14 @@ TEST_CASE("softmax and log_softmax: values match a plain loop over dim 1") {
 }
 
 TEST_CASE("layer_norm: gradcheck with and without weight and bias") {
-  Tensor x = input({3, 5}, 5);
-  Tensor w = input({5}, 6, 0.5, 1.5), b = input({5}, 7);
+  Tensor x = test::grad_leaf({3, 5}, 5);
+  Tensor w = test::grad_leaf({5}, 6, 0.5, 1.5), b = test::grad_leaf({5}, 7);
   CHECK(gradcheck([](const auto& v) { return layer_norm(v[0], {5}, v[1], v[2]); }, {x, w, b}));
   CHECK(gradcheck([](const auto& v) { return layer_norm(v[0], {5}); }, {x}));
   CHECK(gradcheck([](const auto& v) { return layer_norm(v[0], {5}, v[1]); }, {x, w}));
   CHECK(gradcheck([](const auto& v) { return layer_norm(v[0], {5}, Tensor(), v[1]); }, {x, b}));
   // Multi-dim normalized_shape, eps changed, weight not requiring grad.
-  Tensor x3 = input({2, 3, 4}, 8), w2 = test::random({3, 4}, DType::f64, 9, 0.5, 1.5), b2 = input({3, 4}, 10);
+  Tensor x3 = test::grad_leaf({2, 3, 4}, 8), w2 = test::random({3, 4}, DType::f64, 9, 0.5, 1.5), b2 = test::grad_leaf({3, 4}, 10);
   CHECK(gradcheck([&](const auto& v) { return layer_norm(v[0], {3, 4}, w2, v[1], 1e-3); }, {x3, b2}));
 }
 
@@ -74,9 +67,9 @@ TEST_CASE("dropout: gradcheck with a fixed seed, and gradient = mask / (1 - p)")
           Generator g(1234);  // every call draws the same mask
           return dropout(v[0], p, true, g);
         },
-        {input({4, 6}, 14)}));
+        {test::grad_leaf({4, 6}, 14)}));
   }
-  Tensor x = input({1000}, 15);
+  Tensor x = test::grad_leaf({1000}, 15);
   Generator g(7);
   Tensor y = dropout(x, 0.25, true, g);
   y.backward(ones({1000}, DType::f64));
@@ -124,7 +117,7 @@ TEST_CASE("dropout: the same seed gives the same mask, the next draw a different
 }
 
 TEST_CASE("dropout: identity in eval or at p = 0, zeros at p = 1, errors for bad p") {
-  Tensor x = input({3, 4}, 17);
+  Tensor x = test::grad_leaf({3, 4}, 17);
   Generator g(3);
   CHECK(test::values(dropout(x, 0.5, false, g)) == test::values(x));
   CHECK(test::values(dropout(x, 0.0, true, g)) == test::values(x));
@@ -139,7 +132,7 @@ TEST_CASE("dropout: identity in eval or at p = 0, zeros at p = 1, errors for bad
 }
 
 TEST_CASE("embedding: gradcheck w.r.t. the weight with repeated ids") {
-  Tensor w = input({5, 3}, 18);
+  Tensor w = test::grad_leaf({5, 3}, 18);
   Tensor ids = from_vector(std::vector<int64_t>{1, 3, 1, 0, 1, 4}, {2, 3});
   CHECK(gradcheck([&](const auto& v) { return embedding(v[0], ids); }, {w}));
   Tensor ids32 = from_vector(std::vector<int32_t>{2, 2, 2}, {3});
@@ -147,7 +140,7 @@ TEST_CASE("embedding: gradcheck w.r.t. the weight with repeated ids") {
 }
 
 TEST_CASE("embedding: rows of repeated ids sum, unused rows get zero, ids get no gradient") {
-  Tensor w = input({4, 2}, 19);
+  Tensor w = test::grad_leaf({4, 2}, 19);
   Tensor ids = from_vector(std::vector<int64_t>{1, 3, 1, 1}, {4});
   Tensor y = embedding(w, ids);
   CHECK(y.shape() == Shape{4, 2});

@@ -5,13 +5,6 @@
 
 using namespace kiln;
 
-namespace {
-Tensor input(const Shape& s, uint64_t seed, DType dt = DType::f64) {
-  Tensor t = test::random(s, dt, seed);
-  t.requires_grad_();
-  return t;
-}
-}  // namespace
 
 TEST_CASE("gradcheck: matmul in every operand form, with batch broadcasting") {
   const std::pair<Shape, Shape> cases[] = {
@@ -31,35 +24,35 @@ TEST_CASE("gradcheck: matmul in every operand form, with batch broadcasting") {
   for (const auto& [sa, sb] : cases) {
     CAPTURE(sa);
     CAPTURE(sb);
-    Tensor a = input(sa, seed++), b = input(sb, seed++);
+    Tensor a = test::grad_leaf(sa, seed++), b = test::grad_leaf(sb, seed++);
     CHECK(gradcheck([](const auto& v) { return matmul(v[0], v[1]); }, {a, b}));
     CHECK(test::values(matmul(a, b)) == test::values(ops::matmul(a, b)));
   }
 }
 
 TEST_CASE("gradcheck: matmul when only one operand needs a gradient, and on transposed views") {
-  Tensor a = input({3, 4}, 30), b = test::random({2, 4, 5}, DType::f64, 31);
+  Tensor a = test::grad_leaf({3, 4}, 30), b = test::random({2, 4, 5}, DType::f64, 31);
   CHECK(gradcheck([&](const auto& v) { return matmul(v[0], b); }, {a}));
   CHECK(gradcheck([&](const auto& v) { return matmul(b.transpose(1, 2), v[0].t()); }, {a}));
   Tensor c = test::random({4}, DType::f64, 32);
-  CHECK(gradcheck([&](const auto& v) { return matmul(c, v[0]); }, {input({2, 4, 3}, 33)}));
+  CHECK(gradcheck([&](const auto& v) { return matmul(c, v[0]); }, {test::grad_leaf({2, 4, 3}, 33)}));
 }
 
 TEST_CASE("gradcheck: bmm and mm") {
-  Tensor a = input({2, 3, 4}, 40), b = input({2, 4, 5}, 41);
+  Tensor a = test::grad_leaf({2, 3, 4}, 40), b = test::grad_leaf({2, 4, 5}, 41);
   CHECK(gradcheck([](const auto& v) { return bmm(v[0], v[1]); }, {a, b}));
   CHECK(test::values(bmm(a, b)) == test::values(ops::bmm(a, b)));
-  Tensor c = input({3, 4}, 42), d = input({4, 2}, 43);
+  Tensor c = test::grad_leaf({3, 4}, 42), d = test::grad_leaf({4, 2}, 43);
   CHECK(gradcheck([](const auto& v) { return mm(v[0], v[1]); }, {c, d}));
   CHECK(gradcheck([](const auto& v) { return mm(v[1].t(), v[0].t()); }, {c, d}));
   CHECK(test::values(mm(c, d)) == test::values(ops::mm(c, d)));
 }
 
 TEST_CASE("gradcheck: linear with and without bias on 1-, 2- and 3-D inputs") {
-  Tensor w = input({5, 4}, 50), bias = input({5}, 51);
+  Tensor w = test::grad_leaf({5, 4}, 50), bias = test::grad_leaf({5}, 51);
   for (const Shape& sx : {Shape{4}, Shape{3, 4}, Shape{2, 3, 4}}) {
     CAPTURE(sx);
-    Tensor x = input(sx, 52);
+    Tensor x = test::grad_leaf(sx, 52);
     CHECK(gradcheck([](const auto& v) { return linear(v[0], v[1], v[2]); }, {x, w, bias}));
     CHECK(gradcheck([](const auto& v) { return linear(v[0], v[1]); }, {x, w}));
     CHECK(test::values(linear(x, w, bias)) == test::values(ops::linear(x, w, bias)));
@@ -84,7 +77,7 @@ TEST_CASE("linear gradients by value: dW = g^T x over all leading dims, db = sum
 }
 
 TEST_CASE("gradients arrive in the input's dtype; f32 matmul backward matches f64") {
-  Tensor a64 = input({2, 3, 6}, 60), b64 = input({6, 5}, 61);
+  Tensor a64 = test::grad_leaf({2, 3, 6}, 60), b64 = test::grad_leaf({6, 5}, 61);
   Tensor a32 = a64.detach().to(DType::f32), b32 = b64.detach().to(DType::f32);
   a32.requires_grad_();
   b32.requires_grad_();
@@ -99,8 +92,8 @@ TEST_CASE("gradients arrive in the input's dtype; f32 matmul backward matches f6
   test::check_close(b32.grad(), test::values(b64.grad()), 1e-5, 1e-6, "dB f32 vs f64");
 
   // An f32 weight used with an f64 activation cast down gets an f32 gradient.
-  Tensor w = input({4, 3}, 63, DType::f32);
-  Tensor x = input({2, 3}, 64);
+  Tensor w = test::grad_leaf({4, 3}, 63, DType::f32);
+  Tensor x = test::grad_leaf({2, 3}, 64);
   linear(x.to(DType::f32), w).backward(ones({2, 4}));
   CHECK(w.grad().dtype() == DType::f32);
   CHECK(x.grad().dtype() == DType::f64);

@@ -6,11 +6,6 @@
 using namespace kiln;
 
 namespace {
-Tensor input(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Tensor t = test::random(s, DType::f64, seed, lo, hi);
-  t.requires_grad_();
-  return t;
-}
 Tensor leaf(std::vector<double> v, Shape s) {
   Tensor t = from_vector(v, s);
   t.requires_grad_();
@@ -20,13 +15,13 @@ const std::vector<std::vector<int64_t>> kDimSets = {{}, {0}, {-1}, {1}, {0, 2}, 
 }  // namespace
 
 TEST_CASE("gradcheck: sum and mean over all dims and dim sets, keepdim true and false") {
-  CHECK(gradcheck([](const auto& v) { return sum(v[0]); }, {input({3, 4}, 1)}));
-  CHECK(gradcheck([](const auto& v) { return mean(v[0]); }, {input({3, 4}, 2)}));
+  CHECK(gradcheck([](const auto& v) { return sum(v[0]); }, {test::grad_leaf({3, 4}, 1)}));
+  CHECK(gradcheck([](const auto& v) { return mean(v[0]); }, {test::grad_leaf({3, 4}, 2)}));
   for (const auto& dims : kDimSets) {
     for (bool keepdim : {false, true}) {
       CAPTURE(Shape(dims.begin(), dims.end()));
       CAPTURE(keepdim);
-      Tensor x = input({2, 3, 4}, 3);
+      Tensor x = test::grad_leaf({2, 3, 4}, 3);
       CHECK(gradcheck([&](const auto& v) { return sum(v[0], dims, keepdim); }, {x}));
       CHECK(gradcheck([&](const auto& v) { return mean(v[0], dims, keepdim); }, {x}));
       CHECK(gradcheck([&](const auto& v) { return var(v[0], dims, 1, keepdim); }, {x}));
@@ -41,7 +36,7 @@ TEST_CASE("gradcheck: max over each dim (values only), negative dims, keepdim tr
     for (bool keepdim : {false, true}) {
       CAPTURE(dim);
       CAPTURE(keepdim);
-      Tensor x = input({3, 4, 5}, 4);
+      Tensor x = test::grad_leaf({3, 4, 5}, 4);
       CHECK(gradcheck([&](const auto& v) { return max(v[0], dim, keepdim).values; }, {x}));
     }
   }
@@ -49,13 +44,13 @@ TEST_CASE("gradcheck: max over each dim (values only), negative dims, keepdim tr
 
 TEST_CASE("reductions compose with other ops and non-contiguous inputs") {
   // A reduction of a transposed view, then a product with another input.
-  Tensor x = input({4, 3}, 5), y = input({4}, 6);
+  Tensor x = test::grad_leaf({4, 3}, 5), y = test::grad_leaf({4}, 6);
   CHECK(gradcheck([](const auto& v) { return sum(v[0].t(), {0}) * v[1]; }, {x, y}));
   CHECK(gradcheck([](const auto& v) { return mean(square(v[0]), {-1}, true) + var(v[0].t(), {-2}); }, {x}));
 }
 
 TEST_CASE("forward values equal the raw kiln::ops") {
-  Tensor x = input({2, 3, 4}, 7);
+  Tensor x = test::grad_leaf({2, 3, 4}, 7);
   for (const auto& dims : kDimSets) {
     for (bool keepdim : {false, true}) {
       CAPTURE(Shape(dims.begin(), dims.end()));
@@ -120,7 +115,7 @@ TEST_CASE("reduction gradients arrive in the input's dtype") {
 }
 
 TEST_CASE("no graph is recorded under no_grad or for inputs that need no gradient") {
-  Tensor x = input({3}, 9);
+  Tensor x = test::grad_leaf({3}, 9);
   {
     NoGradGuard guard;
     CHECK_FALSE(sum(x).requires_grad());

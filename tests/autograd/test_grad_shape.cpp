@@ -6,19 +6,14 @@
 using namespace kiln;
 
 namespace {
-Tensor input(const Shape& s, uint64_t seed, DType dt = DType::f64) {
-  Tensor t = test::random(s, dt, seed);
-  t.requires_grad_();
-  return t;
-}
 Tensor i64(std::vector<int64_t> v, Shape s) { return from_vector(v, s); }
 }  // namespace
 
 TEST_CASE("gradcheck: cat along several dims with inputs of different sizes") {
-  Tensor a = input({2, 3, 4}, 1), b = input({2, 1, 4}, 2), c = input({2, 2, 4}, 3);
+  Tensor a = test::grad_leaf({2, 3, 4}, 1), b = test::grad_leaf({2, 1, 4}, 2), c = test::grad_leaf({2, 2, 4}, 3);
   CHECK(gradcheck([](const auto& v) { return cat({v[0], v[1], v[2]}, 1); }, {a, b, c}));
   CHECK(gradcheck([](const auto& v) { return cat({v[1], v[0]}, -2); }, {a, b}));
-  Tensor d = input({1, 3, 4}, 4), e = input({2, 3, 2}, 5);
+  Tensor d = test::grad_leaf({1, 3, 4}, 4), e = test::grad_leaf({2, 3, 2}, 5);
   CHECK(gradcheck([](const auto& v) { return cat({v[0], v[1]}, 0); }, {a, d}));
   CHECK(gradcheck([](const auto& v) { return cat({v[0], v[1], v[0]}, -1); }, {a, e}));
   Tensor constant = test::random({2, 3, 1}, DType::f64, 6);
@@ -27,7 +22,7 @@ TEST_CASE("gradcheck: cat along several dims with inputs of different sizes") {
 }
 
 TEST_CASE("gradcheck: stack at every position") {
-  Tensor a = input({2, 3}, 7), b = input({2, 3}, 8);
+  Tensor a = test::grad_leaf({2, 3}, 7), b = test::grad_leaf({2, 3}, 8);
   for (int64_t dim : {0, 1, 2, -1, -3}) {
     CAPTURE(dim);
     CHECK(gradcheck([&](const auto& v) { return stack({v[0], v[1], v[0]}, dim); }, {a, b}));
@@ -36,7 +31,7 @@ TEST_CASE("gradcheck: stack at every position") {
 }
 
 TEST_CASE("gradcheck: split and chunk, where only some outputs are used") {
-  Tensor x = input({7, 3}, 9);
+  Tensor x = test::grad_leaf({7, 3}, 9);
   // Unequal sizes; outputs 0 and 2 used (output 1 left out), and output 2 twice.
   CHECK(gradcheck(
       [](const auto& v) {
@@ -77,7 +72,7 @@ TEST_CASE("gradients through several split outputs sum at the input") {
 }
 
 TEST_CASE("gradcheck: index_select (repeated indices add up) and gather") {
-  Tensor x = input({4, 3}, 10);
+  Tensor x = test::grad_leaf({4, 3}, 10);
   Tensor idx = i64({2, 0, 2, 3, 2}, {5});
   CHECK(gradcheck([&](const auto& v) { return index_select(v[0], 0, idx); }, {x}));
   CHECK(gradcheck([&](const auto& v) { return index_select(v[0], -1, i64({1, 1}, {2})); }, {x}));
@@ -95,7 +90,7 @@ TEST_CASE("gradcheck: index_select (repeated indices add up) and gather") {
 }
 
 TEST_CASE("gradcheck: triu and tril, batched, with diagonals") {
-  Tensor x = input({2, 3, 4}, 11);
+  Tensor x = test::grad_leaf({2, 3, 4}, 11);
   for (int64_t diag : {-1, 0, 2}) {
     CAPTURE(diag);
     CHECK(gradcheck([&](const auto& v) { return triu(v[0], diag); }, {x}));
@@ -106,7 +101,7 @@ TEST_CASE("gradcheck: triu and tril, batched, with diagonals") {
 }
 
 TEST_CASE("gradcheck: core views record through the view hook") {
-  Tensor x = input({2, 3, 4}, 12);
+  Tensor x = test::grad_leaf({2, 3, 4}, 12);
   const std::pair<const char*, std::function<Tensor(const std::vector<Tensor>&)>> cases[] = {
       {"reshape of a non-contiguous tensor", [](const auto& v) { return v[0].transpose(0, 2).reshape({4, 6}); }},
       {"view", [](const auto& v) { return v[0].view({6, 4}); }},
@@ -130,7 +125,7 @@ TEST_CASE("gradcheck: core views record through the view hook") {
 }
 
 TEST_CASE("shape op gradients arrive in the input's dtype") {
-  Tensor a = input({2, 3}, 13, DType::f32), b = input({2, 3}, 14);
+  Tensor a = test::grad_leaf({2, 3}, 13, DType::f32), b = test::grad_leaf({2, 3}, 14);
   cat({a, b}, 0).backward(ones({4, 3}, DType::f64));  // promoted to f64
   CHECK(a.grad().dtype() == DType::f32);
   CHECK(b.grad().dtype() == DType::f64);

@@ -8,11 +8,6 @@
 using namespace kiln;
 
 namespace {
-Tensor input(const Shape& s, uint64_t seed, double lo = -2, double hi = 2) {
-  Tensor t = test::random(s, DType::f64, seed, lo, hi);
-  t.requires_grad_();
-  return t;
-}
 Tensor ids(const std::vector<int64_t>& v) { return from_vector(v, {static_cast<int64_t>(v.size())}); }
 
 // Per-row losses (0 for ignored rows), then the reduction, all in double.
@@ -82,7 +77,7 @@ TEST_CASE("cross_entropy: 3-D logits flatten to rows; f32 and i32 targets work")
 }
 
 TEST_CASE("cross_entropy: every target ignored gives nan for mean, 0 for sum") {
-  Tensor logits = input({3, 4}, 3);
+  Tensor logits = test::grad_leaf({3, 4}, 3);
   Tensor t = ids({-100, -100, -100});
   CHECK(std::isnan(cross_entropy(logits, t).item()));
   Tensor s = cross_entropy(logits, t, CrossEntropyOptions().reduction(Reduction::sum));
@@ -98,21 +93,21 @@ TEST_CASE("cross_entropy: gradcheck for each reduction, smoothing, ignored rows 
       CAPTURE(name);
       CAPTURE(ls);
       auto opts = CrossEntropyOptions().reduction(r).label_smoothing(ls);
-      CHECK(gradcheck([&](const auto& v) { return cross_entropy(v[0], t, opts); }, {input({6, 4}, 4)}));
+      CHECK(gradcheck([&](const auto& v) { return cross_entropy(v[0], t, opts); }, {test::grad_leaf({6, 4}, 4)}));
     }
   }
   Tensor t3 = ids({1, 0, 4, -100, 2, 3}).view({2, 3});
   for (auto& [name, r] : kReductions) {
     CAPTURE(name);
     auto opts = CrossEntropyOptions().reduction(r).label_smoothing(0.1);
-    CHECK(gradcheck([&](const auto& v) { return cross_entropy(v[0], t3, opts); }, {input({2, 3, 5}, 5)}));
+    CHECK(gradcheck([&](const auto& v) { return cross_entropy(v[0], t3, opts); }, {test::grad_leaf({2, 3, 5}, 5)}));
   }
   // Through a non-contiguous view of the logits.
-  CHECK(gradcheck([&](const auto& v) { return cross_entropy(v[0].t(), ids({0, 1, 2})); }, {input({4, 3}, 6)}));
+  CHECK(gradcheck([&](const auto& v) { return cross_entropy(v[0].t(), ids({0, 1, 2})); }, {test::grad_leaf({4, 3}, 6)}));
 }
 
 TEST_CASE("cross_entropy: the gradient is (softmax - onehot) / count, zero on ignored rows") {
-  Tensor logits = input({3, 3}, 7);
+  Tensor logits = test::grad_leaf({3, 3}, 7);
   cross_entropy(logits, ids({1, -100, 2})).backward();
   std::vector<double> x = test::values(logits), g = test::values(logits.grad());
   const int64_t target[3] = {1, -1, 2};
@@ -138,7 +133,7 @@ TEST_CASE("cross_entropy: bad targets, shapes and dtypes are errors") {
 }
 
 TEST_CASE("mse_loss: values and gradcheck for every reduction") {
-  Tensor a = input({3, 4}, 9), b = input({3, 4}, 10);
+  Tensor a = test::grad_leaf({3, 4}, 9), b = test::grad_leaf({3, 4}, 10);
   std::vector<double> av = test::values(a), bv = test::values(b), sq(12);
   double total = 0;
   for (int i = 0; i < 12; ++i) total += sq[i] = (av[i] - bv[i]) * (av[i] - bv[i]);
@@ -149,6 +144,6 @@ TEST_CASE("mse_loss: values and gradcheck for every reduction") {
     CAPTURE(name);
     CHECK(gradcheck([r](const auto& v) { return mse_loss(v[0], v[1], r); }, {a, b}));
   }
-  CHECK_ERROR_CONTAINS(mse_loss(a, input({4, 3}, 11)), "mse_loss", "[3, 4]", "[4, 3]");
+  CHECK_ERROR_CONTAINS(mse_loss(a, test::grad_leaf({4, 3}, 11)), "mse_loss", "[3, 4]", "[4, 3]");
   CHECK_ERROR_CONTAINS(mse_loss(arange(3), arange(3)), "mse_loss", "i64");
 }

@@ -146,24 +146,11 @@ TEST_CASE("missing or malformed variables name the variable") {
 
 namespace {
 
-// A TCP port nobody listens on right now (the kernel's pick for port 0).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 }  // namespace
 
 TEST_CASE("init_process_group: two ranks from RANK/WORLD_SIZE/MASTER_* over the TCP store") {
-  std::string port = std::to_string(free_port());
+  std::string port = std::to_string(dist::pick_free_port());
   std::fflush(nullptr);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank) {

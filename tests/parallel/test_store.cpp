@@ -24,20 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// A port nothing listens on right now (the kernel picks it), on 127.0.0.1.
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TCPStoreOptions options(uint16_t port, bool server, Millis timeout = 10s) {
   return TCPStoreOptions().host("127.0.0.1").port(port).is_server(server).timeout(timeout);
 }
@@ -86,7 +72,7 @@ long peak_rss_kib() {
 }  // namespace
 
 TEST_CASE("set/get/add/check/wait across a server and two clients") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   auto server = make_tcp_store(options(port, true));
   auto a = make_tcp_store(options(port, false));
   auto b = make_tcp_store(options(port, false));
@@ -121,7 +107,7 @@ TEST_CASE("set/get/add/check/wait across a server and two clients") {
 }
 
 TEST_CASE("get blocks until another thread sets the key") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   auto server = make_tcp_store(options(port, true));
   auto reader = make_tcp_store(options(port, false));
   const auto t0 = Clock::now();
@@ -136,7 +122,7 @@ TEST_CASE("get blocks until another thread sets the key") {
 }
 
 TEST_CASE("concurrent adds from several threads and clients sum exactly") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   auto server = make_tcp_store(options(port, true));
   auto shared = make_tcp_store(options(port, false));  // one client used by several threads
   constexpr int kThreads = 6, kAdds = 300;
@@ -161,7 +147,7 @@ TEST_CASE("concurrent adds from several threads and clients sum exactly") {
 }
 
 TEST_CASE("get and wait time out naming the key, host:port and the timeout") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   const std::string w = where(port);  // outlives the message checks
   auto server = make_tcp_store(options(port, true));
   auto client = make_tcp_store(options(port, false, 300ms));
@@ -189,7 +175,7 @@ TEST_CASE("get and wait time out naming the key, host:port and the timeout") {
 }
 
 TEST_CASE("connecting where nothing listens fails naming host:port within the timeout") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   const std::string w = where(port);  // outlives the message checks
   const auto t0 = Clock::now();
   CHECK_ERROR_CONTAINS(make_tcp_store(options(port, false, 300ms)), w.c_str(), "300 ms");
@@ -199,7 +185,7 @@ TEST_CASE("connecting where nothing listens fails naming host:port within the ti
 }
 
 TEST_CASE("a client that starts before the server connects once it starts") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   std::string got;
   std::thread early([&] {
     auto client = make_tcp_store(options(port, false, 10s));
@@ -213,7 +199,7 @@ TEST_CASE("a client that starts before the server connects once it starts") {
 }
 
 TEST_CASE("a second server on the same address fails naming host:port") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   const std::string w = where(port);  // outlives the message checks
   auto server = make_tcp_store(options(port, true));
   CHECK_ERROR_CONTAINS(make_tcp_store(options(port, true, 300ms)), "bind", w.c_str());
@@ -221,7 +207,7 @@ TEST_CASE("a second server on the same address fails naming host:port") {
 }
 
 TEST_CASE("oversized or malformed frames drop that connection; other clients are served") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   auto server = make_tcp_store(options(port, true));
   auto good = make_tcp_store(options(port, false));
   good->set("k", std::string("v"));
@@ -250,7 +236,7 @@ TEST_CASE("oversized or malformed frames drop that connection; other clients are
 }
 
 TEST_CASE("the server binds only to the given host address") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   const std::string w2 = where(port, "127.0.0.2");
   auto server = make_tcp_store(options(port, true));
   auto ok = make_tcp_store(options(port, false, 300ms));
@@ -261,7 +247,7 @@ TEST_CASE("the server binds only to the given host address") {
 }
 
 TEST_CASE("prefix stores keep their keys apart under <prefix>/") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   auto base = make_tcp_store(options(port, true));
   auto g1 = make_prefix_store("g1", base);
   auto g2 = make_prefix_store("g2", base);
@@ -281,7 +267,7 @@ TEST_CASE("prefix stores keep their keys apart under <prefix>/") {
 }
 
 TEST_CASE("forked processes rendezvous through the store") {
-  const uint16_t port = free_port();
+  const uint16_t port = dist::pick_free_port();
   // Fork before any store thread exists; the children's clients retry until the server is up.
   std::vector<pid_t> children;
   for (int rank = 1; rank <= 2; ++rank) {
