@@ -1,5 +1,5 @@
-// kiln/parallel: the Store, process groups (Gloo), init_process_group, DistributedDataParallel
-// and the launcher logic behind kiln-run.
+// kiln/parallel: the Store, process groups (Gloo), init_process_group, DistributedDataParallel,
+// the data-parallel Trainer and the launcher logic behind kiln-run.
 #pragma once
 
 #include <kiln/parallel/comm_hooks.h>
@@ -10,3 +10,4 @@
 #include <kiln/parallel/launcher.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/store.h>
+#include <kiln/parallel/trainer.h>

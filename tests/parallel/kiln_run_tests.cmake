@@ -12,3 +12,23 @@ add_test(NAME parallel_kiln_run_cli
          COMMAND /bin/sh ${CMAKE_CURRENT_SOURCE_DIR}/parallel/kiln_run_cli.sh $<TARGET_FILE:kiln-run>)
 set_tests_properties(parallel_kiln_run_world_size parallel_kiln_run_failing_rank parallel_kiln_run_cli
                      PROPERTIES LABELS "${_kiln_run_labels}" TIMEOUT 60)
+
+# Data-parallel scenarios run as real processes through kiln-run: dist_worker is a program (one
+# rank per process, init_process_group from the environment), not a doctest suite.
+add_executable(dist_worker ${CMAKE_CURRENT_SOURCE_DIR}/parallel/dist_worker.cpp)
+target_link_libraries(dist_worker PRIVATE kiln::kiln)
+set(_dist_tests parallel_dist_equivalence_3)
+add_test(NAME parallel_dist_equivalence_3
+         COMMAND kiln-run --nproc-per-node 3 --standalone $<TARGET_FILE:dist_worker> equivalence)
+foreach(_scenario equivalence accumulate bucket_view mismatch batchnorm)
+  add_test(NAME parallel_dist_${_scenario}
+           COMMAND kiln-run --nproc-per-node 2 --standalone $<TARGET_FILE:dist_worker> ${_scenario})
+  list(APPEND _dist_tests parallel_dist_${_scenario})
+endforeach()
+# Rank 1 dies at step 3: kiln-run must exit non-zero within 30 s, naming rank 1, and the
+# surviving rank must report a collective error naming rank 1 (the script checks all three).
+add_test(NAME parallel_dist_kill
+         COMMAND /bin/sh ${CMAKE_CURRENT_SOURCE_DIR}/parallel/dist_kill.sh $<TARGET_FILE:kiln-run>
+                 $<TARGET_FILE:dist_worker>)
+list(APPEND _dist_tests parallel_dist_kill)
+set_tests_properties(${_dist_tests} PROPERTIES LABELS "${_kiln_run_labels}" TIMEOUT 60)

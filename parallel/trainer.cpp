@@ -1,0 +1,255 @@
+// Trainer: one optimizer step as DESIGN.md's data path describes it (accumulate under no_sync,
+// finish the bucket all-reduces, unscale + cross-rank inf check, clip, step, schedule), and
+// checkpoints that rank 0 writes and every rank restores.
+#include <kiln/parallel/trainer.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include <kiln/autograd/autograd.h>
+#include <kiln/core/autocast.h>
+#include <kiln/core/error.h>
+#include <kiln/core/factory.h>
+#include <kiln/core/generator.h>
+#include <kiln/optim/checkpoint.h>
+#include <kiln/optim/clip.h>
+
+namespace kiln::dist {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kScalerPrefix = "grad_scaler.";
+
+// N of "step_<N>.safetensors", or -1 for any other name.
+int64_t checkpoint_step_of(const std::string& name) {
+  const std::string head = "step_", tail = ".safetensors";
+  if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return -1;
+  std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stoll(digits);
+}
+
+// Every step_<N>.safetensors in `dir`, by increasing N.
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    int64_t step = checkpoint_step_of(entry.path().filename().string());
+    if (step >= 0 && entry.is_regular_file(ec)) out.emplace_back(step, entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Device device_of(const nn::Module& model) {
+  auto params = model.parameters();
+  return params.empty() ? Device::cpu() : params.front().device();
+}
+
+optim::Optimizer& non_null(const std::shared_ptr<optim::Optimizer>& optimizer) {
+  KILN_CHECK(optimizer != nullptr, "Trainer: the optimizer is null");
+  return *optimizer;
+}
+
+std::vector<Tensor> optimizer_params(const optim::Optimizer& optimizer) {
+  std::vector<Tensor> out;
+  for (size_t g = 0; g < optimizer.num_param_groups(); ++g)
+    for (const Tensor& p : optimizer.params(g)) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer,
+                 std::shared_ptr<ProcessGroup> group, TrainerOptions options, optim::LRLambda schedule)
+    : model_(std::move(model)),
+      optimizer_(std::move(optimizer)),
+      group_(std::move(group)),
+      options_(std::move(options)),
+      scheduler_(non_null(optimizer_), 
+                 schedule ? std::move(schedule) : optim::constant_schedule()),
+      scaler_(optim::GradScalerOptions(options_.grad_scaler_).enabled(options_.amp_ == DType::f16)) {
+  KILN_CHECK(model_ != nullptr, "Trainer: the model is null");
+  KILN_CHECK(options_.grad_accum_steps_ >= 1, "Trainer: grad_accum_steps must be >= 1, got ",
+             options_.grad_accum_steps_);
+  KILN_CHECK(options_.clip_grad_norm_ >= 0 && std::isfinite(options_.clip_grad_norm_),
+             "Trainer: clip_grad_norm must be finite and >= 0 (0 = off), got ", options_.clip_grad_norm_);
+  KILN_CHECK(options_.amp_ == DType::f32 || options_.amp_ == DType::bf16 || options_.amp_ == DType::f16,
+             "Trainer: amp must be f32 (off), bf16 or f16, got ", options_.amp_);
+  KILN_CHECK(options_.log_every_ >= 0, "Trainer: log_every must be >= 0, got ", options_.log_every_);
+  KILN_CHECK(options_.checkpoint_every_ >= 0, "Trainer: checkpoint_every must be >= 0, got ",
+             options_.checkpoint_every_);
+  KILN_CHECK(options_.checkpoint_every_ == 0 || !options_.checkpoint_dir_.empty(),
+             "Trainer: checkpoint_every is ", options_.checkpoint_every_, " but checkpoint_dir is empty");
+  KILN_CHECK(options_.keep_last_checkpoints_ >= 0, "Trainer: keep_last_checkpoints must be >= 0, got ",
+             options_.keep_last_checkpoints_);
+  if (group_) {
+    rank_ = group_->rank();
+    world_ = group_->size();
+  }
+  if (world_ > 1) ddp_ = std::make_unique<DistributedDataParallel>(model_, group_, options_.ddp_);
+}
+
+StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss, StepOptions options) {
+  const auto start = std::chrono::steady_clock::now();
+  const int k = options_.grad_accum_steps_;
+  const bool autocast = options_.amp_ != DType::f32;
+  const bool f16 = options_.amp_ == DType::f16;
+  StepStats stats;
+  stats.step = global_step_;
+  stats.lr = optimizer_->lr(0);
+
+  Tensor loss_sum;  // f64, detached: this rank's sum of micro-step losses
+  for (int i = 0; i < k; ++i) {
+    // Note [When gradients are final] (reducer.h): only the last micro-step's backward reduces.
+    std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
+    if (ddp_ && i + 1 < k) no_sync.emplace(*ddp_);
+    if (ddp_) ddp_->prepare_forward();
+    Tensor loss;
+    {
+      AutocastGuard guard(autocast ? options_.amp_ : DType::bf16, autocast);
+      loss = micro_loss(i);
+    }
+    KILN_CHECK(loss.defined(), "Trainer::step: micro_loss(", i, ") returned an undefined tensor");
+    KILN_CHECK(loss.numel() == 1, "Trainer::step: micro_loss(", i, ") must return a one-element loss, got shape ",
+               loss.shape());
+    Tensor scaled = k == 1 ? loss : loss * (1.0 / k);
+    scaler_.scale(scaled).backward();
+    NoGradGuard no_grad;
+    Tensor value = loss.detach().to(DType::f64).reshape({});
+    loss_sum = loss_sum.defined() ? loss_sum + value : value;
+  }
+  if (ddp_) ddp_->finish_gradient_synchronization();
+
+  if (f16) {
+    scaler_.unscale_(*optimizer_);
+    scaler_.set_found_inf(any_rank_found_inf(scaler_.found_inf()));
+  }
+  stats.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  if (options_.clip_grad_norm_ > 0)
+    stats.grad_norm = optim::clip_grad_norm(optimizer_params(*optimizer_), options_.clip_grad_norm_);
+  if (f16) {
+    stats.skipped = !scaler_.step(*optimizer_);
+    scaler_.update();
+  } else {
+    optimizer_->step();
+  }
+  scheduler_.step();
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  ++global_step_;
+
+  {
+    NoGradGuard no_grad;
+    stats.local_loss = k == 1 ? loss_sum : loss_sum * (1.0 / k);
+  }
+  stats.logged = options.sync_loss_ || (options_.log_every_ > 0 && stats.step % options_.log_every_ == 0);
+  stats.loss = stats.logged ? average_across_ranks(stats.local_loss) : std::numeric_limits<double>::quiet_NaN();
+  stats.items = options.items_ * world_;
+  checkpoint_if_due();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+bool Trainer::any_rank_found_inf(bool local) {
+  if (world_ == 1) return local;
+  Tensor flag = full({1}, local ? 1.0 : 0.0, TensorOptions(DType::f32).device(device_of(*model_)));
+  group_->allreduce(flag, AllreduceOptions().op(ReduceOp::max))->wait();
+  return flag.item() > 0;
+}
+
+double Trainer::average_across_ranks(const Tensor& local) {
+  if (world_ == 1) return local.item();
+  Tensor sum = local.reshape({1}).clone();
+  group_->allreduce(sum)->wait();
+  return sum.item() / world_;
+}
+
+std::vector<optim::RngState> Trainer::gather_rng_states() {
+  const Generator& g = default_generator();
+  if (world_ == 1) return {optim::RngState::of(g)};
+  Tensor mine = from_vector<int64_t>({static_cast<int64_t>(g.seed()), static_cast<int64_t>(g.offset())}, {2})
+                    .to(device_of(*model_));
+  Tensor all = empty({2 * int64_t(world_)}, TensorOptions(DType::i64).device(device_of(*model_)));
+  group_->allgather(all, mine)->wait();
+  std::vector<int64_t> v = all.to(Device::cpu()).to_vector<int64_t>();
+  std::vector<optim::RngState> out(world_);
+  for (int r = 0; r < world_; ++r)
+    out[r] = {static_cast<uint64_t>(v[2 * r]), static_cast<uint64_t>(v[2 * r + 1])};
+  return out;
+}
+
+void Trainer::save_checkpoint(const std::string& path, const std::string& data_cursor) {
+  KILN_CHECK(!path.empty(), "Trainer::save_checkpoint: the path is empty");
+  optim::TrainingProgress progress;
+  progress.global_step = global_step_;
+  progress.scheduler_step = scheduler_.last_step();
+  progress.rng = gather_rng_states();  // collective: every rank's default generator
+  progress.data_cursor = data_cursor;
+  for (auto& [name, t] : scaler_.state_dict()) progress.extra.emplace_back(kScalerPrefix + name, t);
+  std::string failure;
+  if (rank_ == 0) {
+    try {
+      fs::path parent = fs::path(path).parent_path();
+      if (!parent.empty()) fs::create_directories(parent);
+      optim::save_checkpoint(path, model_->state_dict(), *optimizer_, progress);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  // Doubles as the barrier: nobody returns before the file is complete, and a failed write on
+  // rank 0 fails every rank instead of leaving them waiting.
+  bool failed = !failure.empty();
+  if (world_ > 1) failed = any_rank_found_inf(failed);
+  if (!failure.empty()) throw Error(failure);
+  KILN_CHECK(!failed, "Trainer::save_checkpoint: rank 0 failed to write ", path);
+}
+
+std::optional<std::string> Trainer::load_checkpoint(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::error_code ec;
+  KILN_CHECK(fs::is_regular_file(path, ec), "Trainer::load_checkpoint: no checkpoint file at ", path);
+  optim::TrainingProgress progress = optim::load_checkpoint(path, model_->state_dict(), *optimizer_);
+  optim::NamedTensors scaler_state;
+  for (auto& [name, t] : progress.extra)
+    if (name.rfind(kScalerPrefix, 0) == 0) scaler_state.emplace_back(name.substr(std::string(kScalerPrefix).size()), t);
+  if (!scaler_state.empty()) scaler_.load_state_dict(scaler_state);  // ignored when disabled
+  global_step_ = progress.global_step;
+  scheduler_.set_step(progress.scheduler_step);
+  if (!progress.rng.empty()) progress.rng[size_t(rank_) % progress.rng.size()].restore(default_generator());
+  return progress.data_cursor;
+}
+
+std::string Trainer::checkpoint_path(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / ("step_" + std::to_string(step) + ".safetensors")).string();
+}
+
+std::string Trainer::latest_checkpoint(const std::string& dir) {
+  auto all = list_checkpoints(dir);
+  return all.empty() ? std::string() : all.back().second.string();
+}
+
+void Trainer::checkpoint_if_due() {
+  if (options_.checkpoint_every_ == 0 || global_step_ % options_.checkpoint_every_ != 0) return;
+  std::string cursor = options_.checkpoint_cursor_ ? options_.checkpoint_cursor_() : std::string();
+  save_checkpoint(checkpoint_path(options_.checkpoint_dir_, global_step_), cursor);
+  if (rank_ != 0 || options_.keep_last_checkpoints_ == 0) return;
+  auto all = list_checkpoints(options_.checkpoint_dir_);
+  const size_t keep = size_t(options_.keep_last_checkpoints_);
+  for (size_t i = 0; i + keep < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i].second, ec);  // a checkpoint that cannot be removed is only wasted disk
+  }
+}
+
+}  // namespace kiln::dist

@@ -1,0 +1,139 @@
+// Trainer: the data-parallel training step train_gpt and train_cifar share. It runs gradient
+// accumulation (no_sync on all but the last micro-step), autocast, f16 loss scaling with a
+// cross-rank overflow check, clipping, the optimizer and the LR schedule, and checkpoints all of it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kiln/core/dtype.h>
+#include <kiln/nn/module.h>
+#include <kiln/optim/checkpoint.h>
+#include <kiln/optim/grad_scaler.h>
+#include <kiln/optim/lr_schedule.h>
+#include <kiln/optim/optimizer.h>
+#include <kiln/parallel/ddp.h>
+#include <kiln/parallel/process_group.h>
+
+namespace kiln::dist {
+
+struct TrainerOptions {
+  int grad_accum_steps_ = 1;     // micro-steps per optimizer step
+  double clip_grad_norm_ = 0;    // max total L2 norm; 0 = no clipping
+  DType amp_ = DType::f32;       // f32: off; bf16: autocast; f16: autocast + GradScaler
+  int log_every_ = 10;           // steps whose loss is averaged across ranks (0: only when asked)
+  int checkpoint_every_ = 0;     // automatic checkpoint every N steps into checkpoint_dir (0: off)
+  std::string checkpoint_dir_;
+  int keep_last_checkpoints_ = 2;  // automatic checkpoints kept (0: all)
+  // Called at each automatic checkpoint for the data loader's position after the step (opaque).
+  std::function<std::string()> checkpoint_cursor_;
+  optim::GradScalerOptions grad_scaler_;  // used with amp f16
+  DDPOptions ddp_;
+
+  TrainerOptions& grad_accum_steps(int v) { grad_accum_steps_ = v; return *this; }
+  TrainerOptions& clip_grad_norm(double v) { clip_grad_norm_ = v; return *this; }
+  TrainerOptions& amp(DType v) { amp_ = v; return *this; }
+  TrainerOptions& log_every(int v) { log_every_ = v; return *this; }
+  TrainerOptions& checkpoint_every(int v) { checkpoint_every_ = v; return *this; }
+  TrainerOptions& checkpoint_dir(std::string v) { checkpoint_dir_ = std::move(v); return *this; }
+  TrainerOptions& keep_last_checkpoints(int v) { keep_last_checkpoints_ = v; return *this; }
+  TrainerOptions& checkpoint_cursor(std::function<std::string()> v) { checkpoint_cursor_ = std::move(v); return *this; }
+  TrainerOptions& grad_scaler(optim::GradScalerOptions v) { grad_scaler_ = v; return *this; }
+  TrainerOptions& ddp(DDPOptions v) { ddp_ = v; return *this; }
+};
+
+// Per-call extras of Trainer::step. Both must be the same on every rank.
+struct StepOptions {
+  int64_t items_ = 0;       // tokens or samples this rank processes in the step (for StepStats::items)
+  bool sync_loss_ = false;  // average the loss across ranks now even if this is not a log step
+  StepOptions& items(int64_t v) { items_ = v; return *this; }
+  StepOptions& sync_loss(bool v) { sync_loss_ = v; return *this; }
+};
+
+// Note [Trainer loss]
+// Reading a loss to the host synchronizes the device, so step() reads it only on log steps
+// (step % log_every == 0, or StepOptions::sync_loss): there `loss` is the mean over micro-steps
+// AND ranks (one all-reduce) and `logged` is true. On other steps `loss` is NaN and the value
+// stays on the device in `local_loss` (this rank's mean over micro-steps, 0-dim, detached).
+struct StepStats {
+  int64_t step = 0;          // 0-based index of this optimizer step (global_step() before it)
+  double loss = 0;           // see Note [Trainer loss]
+  bool logged = false;
+  Tensor local_loss;
+  double grad_norm = 0;      // total norm before clipping; NaN when clipping is off
+  double lr = 0;             // group 0's lr used by this step
+  bool skipped = false;      // f16: some rank's gradients overflowed, every rank skipped the update
+  int64_t items = 0;         // StepOptions::items times the world size (0 when not given)
+  double seconds = 0;        // wall time of step() on this rank
+};
+
+// Usage (README "Multi-process training" has the whole program):
+//   Trainer trainer(model, optimizer, group, TrainerOptions().grad_accum_steps(4).amp(DType::bf16),
+//                   optim::warmup_cosine_schedule(...));
+//   StepStats s = trainer.step([&](int micro) { return cross_entropy(model->forward(x[micro]), y[micro]); });
+// micro_loss(i) must run the model's forward once and return the scalar loss of micro-batch i; the
+// Trainer divides it by grad_accum_steps. With a group of size > 1 the Trainer owns a
+// DistributedDataParallel over the model (constructed here: collective) and calls its
+// prepare_forward() before each micro_loss. Every rank must call step(), save_checkpoint() and
+// load_checkpoint() at the same points. Not copyable; the model and optimizer are shared.
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer,
+          std::shared_ptr<ProcessGroup> group, TrainerOptions options = {},
+          optim::LRLambda schedule = optim::constant_schedule());
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimizer step: accumulate, synchronize, (unscale + cross-rank inf check), clip, step,
+  // update the scale, advance the schedule, zero_grad(set_to_none). The schedule and global step
+  // advance also when the step was skipped. Then the automatic checkpoint, if one is due.
+  StepStats step(const std::function<Tensor(int micro_step)>& micro_loss, StepOptions options = {});
+
+  // Rank 0 writes model state_dict, optimizer, scheduler and global step, every rank's
+  // default-generator state, the scaler state and `data_cursor` (optim/checkpoint.h format);
+  // then every rank waits at a barrier. Collective.
+  void save_checkpoint(const std::string& path, const std::string& data_cursor = "");
+  // Every rank restores all of the above (its own rank's generator state) and returns the data
+  // cursor; an empty path returns nullopt and changes nothing, so
+  // `load_checkpoint(Trainer::latest_checkpoint(dir))` resumes when there is something to resume.
+  std::optional<std::string> load_checkpoint(const std::string& path);
+  // The step_<N>.safetensors in `dir` with the largest N; "" when there is none (or no dir).
+  static std::string latest_checkpoint(const std::string& dir);
+  // dir/step_<N>.safetensors
+  static std::string checkpoint_path(const std::string& dir, int64_t step);
+
+  bool is_main() const { return rank_ == 0; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  int64_t global_step() const { return global_step_; }
+  double lr() const { return optimizer_->lr(0); }
+
+  nn::Module& model() const { return *model_; }
+  optim::Optimizer& optimizer() const { return *optimizer_; }
+  optim::LRScheduler& scheduler() { return scheduler_; }
+  optim::GradScaler& grad_scaler() { return scaler_; }  // disabled unless amp is f16
+  DistributedDataParallel* ddp() const { return ddp_.get(); }  // null without DDP
+  const TrainerOptions& options() const { return options_; }
+
+ private:
+  bool any_rank_found_inf(bool local);          // MAX over ranks (collective)
+  double average_across_ranks(const Tensor& local);  // 0-dim f64 -> mean over ranks (collective)
+  std::vector<optim::RngState> gather_rng_states();  // every rank's default generator (collective)
+  void checkpoint_if_due();
+
+  std::shared_ptr<nn::Module> model_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<ProcessGroup> group_;  // null when single-process
+  TrainerOptions options_;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  optim::LRScheduler scheduler_;
+  optim::GradScaler scaler_;
+  int64_t global_step_ = 0;
+};
+
+}  // namespace kiln::dist

@@ -1,0 +1,334 @@
+// The data-parallel Trainer: accumulation, clipping, autocast, f16 overflow skips, bitwise resume
+// from a checkpoint (single process), then 2 Gloo ranks against one process on the whole batch.
+// The last case runs the README's "Multi-process training" example, so the snippet compiles.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include <kiln/kiln.h>
+#include <kiln/parallel/trainer.h>
+
+#include "parallel/ddp_fixtures.h"
+
+using namespace kiln;
+using namespace kiln::dist;
+using kiln::test::batch_rows;
+using kiln::test::flat_parameters;
+using kiln::test::Net;
+using kiln::test::run_ranks;
+using kiln::test::TrainSpec;
+
+namespace {
+
+// max |a - e| / (|e| + 0.01) (parameters are O(0.1..1)).
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& e) {
+  REQUIRE(a.size() == e.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - e[i]) / (std::fabs(e[i]) + 0.01));
+  return worst;
+}
+
+std::shared_ptr<Net> make_net(const TrainSpec& s, uint64_t seed = 100) {
+  auto net = std::make_shared<Net>(seed, s.net);
+  net->to(s.dtype);
+  return net;
+}
+
+std::shared_ptr<optim::AdamW> adamw(const nn::Module& m) {
+  return std::make_shared<optim::AdamW>(m.parameters(), optim::AdamWOptions(1e-2));
+}
+
+// Loss of rows [start, start + rows) of step `step`'s global batch of `total` rows.
+Tensor rows_loss(Net& net, const TrainSpec& s, int step, int64_t start, int64_t rows, int64_t total) {
+  auto [x, y] = batch_rows(s, step, start, rows, total);
+  return mse_loss(net.forward(x), y);
+}
+
+// A fresh temporary directory, removed at scope exit.
+struct TempDir {
+  TempDir() {
+    char t[] = "/tmp/kiln_trainer_XXXXXX";
+    REQUIRE(::mkdtemp(t) != nullptr);
+    path = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+// fc2(dropout(relu(fc1(x)))): the dropout masks come from the default generator.
+struct DropNet : nn::Module {
+  explicit DropNet(uint64_t seed) {
+    Generator g(seed);
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(nn::LinearOptions(6, 16).generator(g)));
+    drop = register_module("drop", std::make_shared<nn::Dropout>(nn::DropoutOptions(0.3)));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(nn::LinearOptions(16, 4).generator(g)));
+  }
+  Tensor forward(const Tensor& x) { return fc2->forward(drop->forward(relu(fc1->forward(x)))); }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+  std::shared_ptr<nn::Dropout> drop;
+};
+
+struct ResumeRun {
+  std::shared_ptr<DropNet> net;
+  std::shared_ptr<Trainer> trainer;
+};
+
+// AdamW + warmup-cosine + clipping + f16 with a scale that grows every 2 steps: every piece of
+// state a resume must restore changes from step to step.
+ResumeRun make_resume_run(uint64_t init_seed, const std::string& dir = "", int checkpoint_every = 0,
+                          std::function<std::string()> cursor = nullptr) {
+  ResumeRun r;
+  r.net = std::make_shared<DropNet>(init_seed);
+  auto opt = std::make_shared<optim::AdamW>(r.net->parameters(), optim::AdamWOptions(2e-2).weight_decay(0.1));
+  auto options = TrainerOptions().grad_accum_steps(2).clip_grad_norm(0.5).amp(DType::f16)
+                     .grad_scaler(optim::GradScalerOptions().init_scale(256).growth_interval(2));
+  if (checkpoint_every > 0) options.checkpoint_every(checkpoint_every).checkpoint_dir(dir).keep_last_checkpoints(2)
+                                                   .checkpoint_cursor(std::move(cursor));
+  r.trainer = std::make_shared<Trainer>(r.net, opt, nullptr, options,
+                                        optim::warmup_cosine_schedule(optim::WarmupCosineOptions(2, 6)));
+  return r;
+}
+
+StepStats resume_step(ResumeRun& r, int step) {
+  return r.trainer->step(
+      [&](int micro) {
+        Tensor x = test::random({5, 6}, DType::f32, 300 + 2 * step + micro);
+        Tensor y = test::random({5, 4}, DType::f32, 400 + 2 * step + micro);
+        return mse_loss(r.net->forward(x), y);
+      },
+      StepOptions().sync_loss(true));
+}
+
+}  // namespace
+
+TEST_CASE("Trainer: 4 accumulated micro-batches equal one step on the concatenated batch (f64)") {
+  TrainSpec s;
+  s.dtype = DType::f64;
+  const int64_t b = 4, k = 4;
+  auto net_a = make_net(s), net_b = make_net(s);
+  Trainer a(net_a, adamw(*net_a), nullptr, TrainerOptions().grad_accum_steps(k).log_every(1));
+  Trainer b1(net_b, adamw(*net_b), nullptr, TrainerOptions().log_every(1));
+  for (int step = 0; step < 3; ++step) {
+    StepStats sa = a.step([&](int m) { return rows_loss(*net_a, s, step, m * b, b, k * b); });
+    StepStats sb = b1.step([&](int) { return rows_loss(*net_b, s, step, 0, k * b, k * b); });
+    CHECK(sa.logged);
+    CHECK(sa.loss == doctest::Approx(sb.loss).epsilon(1e-12));
+    CHECK(sa.step == step);
+  }
+  CHECK(a.global_step() == 3);
+  CHECK(max_rel_diff(flat_parameters(*net_a), flat_parameters(*net_b)) <= 1e-6);
+  for (const Tensor& p : net_a->parameters()) CHECK_FALSE(p.grad().defined());  // zero_grad(set_to_none)
+}
+
+TEST_CASE("Trainer: clipping scales the update and returns the total norm before clipping") {
+  TrainSpec s;
+  s.dtype = DType::f64;
+  auto net = make_net(s), probe = make_net(s);
+  rows_loss(*probe, s, 0, 0, 8, 8).backward();
+  double sq = 0;
+  std::vector<double> expected;
+  for (const Tensor& p : probe->parameters())
+    for (double g : test::values(p.grad())) sq += g * g;
+  const double norm = std::sqrt(sq), max_norm = 0.05, lr = 0.1;
+  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  REQUIRE(coef < 0.5);  // the clip must really bite
+  for (const Tensor& p : probe->parameters()) {
+    auto w = test::values(p), g = test::values(p.grad());
+    for (size_t i = 0; i < w.size(); ++i) expected.push_back(w[i] - lr * coef * g[i]);
+  }
+  Trainer t(net, std::make_shared<optim::SGD>(net->parameters(), optim::SGDOptions(lr)), nullptr,
+            TrainerOptions().clip_grad_norm(max_norm));
+  StepStats st = t.step([&](int) { return rows_loss(*net, s, 0, 0, 8, 8); });
+  CHECK(st.grad_norm == doctest::Approx(norm).epsilon(1e-12));
+  CHECK(max_rel_diff(flat_parameters(*net), expected) <= 1e-12);
+  CHECK(st.logged);  // step 0 is a log step with log_every 10
+  StepStats st2 = t.step([&](int) { return rows_loss(*net, s, 1, 0, 8, 8); });
+  CHECK_FALSE(st2.logged);
+  CHECK(std::isnan(st2.loss));
+  CHECK(st2.local_loss.item() > 0);
+}
+
+TEST_CASE("Trainer: bf16 autocast trains close to f32 but not identically") {
+  TrainSpec s;
+  auto net32 = make_net(s), net16 = make_net(s);
+  Trainer t32(net32, adamw(*net32), nullptr, TrainerOptions().log_every(1));
+  Trainer t16(net16, adamw(*net16), nullptr, TrainerOptions().log_every(1).amp(DType::bf16));
+  bool differs = false;
+  for (int step = 0; step < 4; ++step) {
+    double l32 = t32.step([&](int) { return rows_loss(*net32, s, step, 0, 16, 16); }).loss;
+    double l16 = t16.step([&](int) { return rows_loss(*net16, s, step, 0, 16, 16); }).loss;
+    CHECK(l16 == doctest::Approx(l32).epsilon(3e-2));
+    differs = differs || l16 != l32;
+  }
+  CHECK(differs);
+  CHECK(max_rel_diff(flat_parameters(*net16), flat_parameters(*net32)) <= 3e-2);
+}
+
+TEST_CASE("Trainer: f16 with an overflowing micro-step skips the update and backs off the scale") {
+  TrainSpec s;
+  auto net = make_net(s);
+  Trainer t(net, adamw(*net), nullptr, TrainerOptions().amp(DType::f16).grad_accum_steps(2));
+  const double inf = std::numeric_limits<double>::infinity();
+  auto run = [&](int step, bool poison) {
+    return t.step([&](int m) {
+      Tensor loss = rows_loss(*net, s, step, m * 4, 4, 8);
+      return poison && m == 1 ? loss * inf : loss;
+    });
+  };
+  CHECK_FALSE(run(0, false).skipped);
+  const double scale = t.grad_scaler().scale_value();
+  auto before = flat_parameters(*net);
+  CHECK(run(1, true).skipped);
+  CHECK(flat_parameters(*net) == before);
+  CHECK(t.grad_scaler().scale_value() == scale * 0.5);
+  CHECK(t.global_step() == 2);  // the schedule and the step count advance anyway
+  CHECK_FALSE(run(2, false).skipped);
+  CHECK(flat_parameters(*net) != before);
+}
+
+TEST_CASE("Trainer: save at step 3 and resume reproduces steps 4..6 bitwise (weights, RNG, schedule, scaler)") {
+  TempDir dir;
+  const std::string path = dir.path + "/resume.safetensors";
+  manual_seed(7);
+  ResumeRun full = make_resume_run(1);
+  std::vector<double> losses, lrs;
+  for (int step = 0; step < 6; ++step) {
+    StepStats st = resume_step(full, step);
+    losses.push_back(st.loss);
+    lrs.push_back(st.lr);
+  }
+  manual_seed(7);
+  ResumeRun first = make_resume_run(1);
+  for (int step = 0; step < 3; ++step) CHECK(resume_step(first, step).loss == losses[step]);
+  first.trainer->save_checkpoint(path, "cursor:3");
+  const double scale_at_3 = first.trainer->grad_scaler().scale_value();
+
+  manual_seed(12345);                      // a different RNG position ...
+  ResumeRun resumed = make_resume_run(9);  // ... and different initial weights
+  std::optional<std::string> cursor = resumed.trainer->load_checkpoint(path);
+  REQUIRE(cursor.has_value());
+  CHECK(*cursor == "cursor:3");
+  CHECK(resumed.trainer->global_step() == 3);
+  CHECK(resumed.trainer->scheduler().last_step() == 3);
+  CHECK(resumed.trainer->grad_scaler().scale_value() == scale_at_3);
+  for (int step = 3; step < 6; ++step) {
+    StepStats st = resume_step(resumed, step);
+    CHECK(st.loss == losses[step]);
+    CHECK(st.lr == lrs[step]);
+  }
+  CHECK(flat_parameters(*resumed.net) == flat_parameters(*full.net));
+  CHECK(default_generator().offset() > 0);
+  CHECK_FALSE(resumed.trainer->load_checkpoint("").has_value());
+  CHECK_THROWS_AS(resumed.trainer->load_checkpoint(dir.path + "/missing.safetensors"), Error);
+}
+
+TEST_CASE("Trainer: automatic checkpoints every N steps keep the last ones; latest_checkpoint finds the newest") {
+  TempDir dir;
+  const std::string ckpt = dir.path + "/ckpt";
+  CHECK(Trainer::latest_checkpoint(ckpt).empty());
+  int steps_done = 0;
+  ResumeRun r = make_resume_run(1, ckpt, 2, [&] { return std::to_string(steps_done + 1); });
+  for (; steps_done < 7; ++steps_done) resume_step(r, steps_done);
+  namespace fs = std::filesystem;
+  CHECK_FALSE(fs::exists(Trainer::checkpoint_path(ckpt, 2)));
+  CHECK(fs::exists(Trainer::checkpoint_path(ckpt, 4)));
+  CHECK(fs::exists(Trainer::checkpoint_path(ckpt, 6)));
+  CHECK(Trainer::latest_checkpoint(ckpt) == Trainer::checkpoint_path(ckpt, 6));
+  ResumeRun other = make_resume_run(3);
+  CHECK(other.trainer->load_checkpoint(Trainer::latest_checkpoint(ckpt)) == std::optional<std::string>("6"));
+  CHECK(other.trainer->global_step() == 6);
+  CHECK_THROWS_AS(Trainer(r.net, adamw(*r.net), nullptr, TrainerOptions().checkpoint_every(5)), Error);
+  CHECK_THROWS_AS(Trainer(r.net, adamw(*r.net), nullptr, TrainerOptions().grad_accum_steps(0)), Error);
+  CHECK_THROWS_AS(Trainer(r.net, adamw(*r.net), nullptr, TrainerOptions().amp(DType::f64)), Error);
+}
+
+TEST_CASE("Trainer, 2 ranks: batch b each equals one process with batch 2b accumulated over 2 micro-steps") {
+  run_ranks(2, [](ProcessGroup& pg) {
+    TrainSpec s;
+    const int64_t b = 3;
+    auto group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+    auto net = make_net(s, test::seed_for_rank(pg.rank()));  // DDP broadcasts rank 0's weights
+    Trainer t(net, adamw(*net), group, TrainerOptions().log_every(1).ddp(test::small_buckets()));
+    test::expect(t.ddp() != nullptr && t.is_main() == (pg.rank() == 0), "a DDP trainer on 2 ranks");
+    auto ref_net = make_net(s, test::seed_for_rank(0));
+    Trainer ref(ref_net, adamw(*ref_net), nullptr, TrainerOptions().log_every(1).grad_accum_steps(2));
+    for (int step = 0; step < 5; ++step) {
+      StepStats st = t.step([&](int) { return rows_loss(*net, s, step, pg.rank() * b, b, 2 * b); },
+                            StepOptions().items(b));
+      StepStats sr = ref.step([&](int m) { return rows_loss(*ref_net, s, step, m * b, b, 2 * b); });
+      test::expect(std::fabs(st.loss - sr.loss) <= 1e-5 * std::fabs(sr.loss),
+                   "rank-averaged loss " + std::to_string(st.loss) + " vs " + std::to_string(sr.loss));
+      test::expect(st.items == 2 * b, "items summed over ranks");
+    }
+    test::expect_close(flat_parameters(*net), flat_parameters(*ref_net), 1e-5, "parameters after 5 steps");
+  });
+}
+
+TEST_CASE("Trainer, 2 ranks: an f16 overflow on rank 1 only makes both ranks skip the step") {
+  run_ranks(2, [](ProcessGroup& pg) {
+    TrainSpec s;
+    auto group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+    auto net = make_net(s, test::seed_for_rank(pg.rank()));
+    Trainer t(net, adamw(*net), group, TrainerOptions().amp(DType::f16));
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int step = 0; step < 3; ++step) {
+      auto before = flat_parameters(*net);
+      StepStats st = t.step([&](int) {
+        Tensor loss = rows_loss(*net, s, step, pg.rank() * 4, 4, 8);
+        return step == 1 && pg.rank() == 1 ? loss * inf : loss;
+      });
+      test::expect(st.skipped == (step == 1), "rank " + std::to_string(pg.rank()) + " step " + std::to_string(step) +
+                                                  (st.skipped ? " skipped" : " did not skip"));
+      test::expect((flat_parameters(*net) == before) == (step == 1), "weights change exactly when not skipped");
+    }
+  });
+}
+
+// README "Multi-process training": the block between the markers is the README's snippet.
+void readme_example(const std::function<std::pair<Tensor, Tensor>()>& next_batch) {
+  // README-BEGIN
+  auto group = dist::init_process_group();  // RANK, WORLD_SIZE, MASTER_ADDR/PORT from kiln-run or torchrun
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 32), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(32, 4));
+  auto opt = std::make_shared<optim::AdamW>(model->parameters(), optim::AdamWOptions(1e-2));
+  dist::Trainer trainer(model, opt, group,
+                        dist::TrainerOptions().grad_accum_steps(4).clip_grad_norm(1.0).amp(DType::bf16)
+                            .checkpoint_every(100).checkpoint_dir("ckpt"),
+                        optim::warmup_cosine_schedule(optim::WarmupCosineOptions(20, 200)));
+  trainer.load_checkpoint(dist::Trainer::latest_checkpoint("ckpt"));  // resume when there is one
+  while (trainer.global_step() < 200) {
+    auto stats = trainer.step([&](int) { auto [x, y] = next_batch(); return mse_loss(model->forward(x), y); });
+    if (stats.logged && trainer.is_main()) std::printf("step %lld loss %.4f\n", (long long)stats.step, stats.loss);
+  }
+  // README-END
+}
+
+TEST_CASE("Trainer: the README example trains, checkpoints and resumes") {
+  TempDir dir;
+  std::string port = std::to_string(pick_free_port());
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "1", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", port.c_str(), 1);
+  auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path);
+  Tensor w = test::random({8, 4}, DType::f32, 5);
+  uint64_t seed = 0;
+  readme_example([&] {
+    Tensor x = test::random({16, 8}, DType::f32, 1000 + seed++);
+    return std::make_pair(x, matmul(x, w));
+  });
+  CHECK(seed == 800);
+  CHECK(std::filesystem::exists("ckpt/step_100.safetensors"));
+  CHECK(std::filesystem::exists("ckpt/step_200.safetensors"));
+  port = std::to_string(pick_free_port());
+  ::setenv("MASTER_PORT", port.c_str(), 1);
+  readme_example([&] { return std::make_pair(Tensor(), Tensor()); });  // resumes at 200: no step runs
+  std::filesystem::current_path(cwd);
+}
