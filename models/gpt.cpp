@@ -62,11 +62,23 @@ GPTConfig gpt_config(const std::string& name) {
 
 // ---- modules ----
 
+namespace {
+
+std::shared_ptr<nn::Linear> make_linear(int64_t in, int64_t out, const GPTConfig& config, Generator& init_gen) {
+  return std::make_shared<nn::Linear>(nn::LinearOptions(in, out).bias(config.bias).generator(init_gen));
+}
+
+std::shared_ptr<nn::Embedding> make_embedding(int64_t rows, int64_t dim, Generator& init_gen) {
+  return std::make_shared<nn::Embedding>(nn::EmbeddingOptions(rows, dim).generator(init_gen));
+}
+
+}  // namespace
+
 GPTAttention::GPTAttention(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen)
     : config_(config), dropout_gen_(&dropout_gen) {
   const int64_t c = config.n_embd;
-  c_attn = register_module("c_attn", std::make_shared<nn::Linear>(nn::LinearOptions(c, 3 * c).bias(config.bias).generator(init_gen)));
-  c_proj = register_module("c_proj", std::make_shared<nn::Linear>(nn::LinearOptions(c, c).bias(config.bias).generator(init_gen)));
+  c_attn = register_module("c_attn", make_linear(c, 3 * c, config, init_gen));
+  c_proj = register_module("c_proj", make_linear(c, c, config, init_gen));
 }
 
 Tensor GPTAttention::forward(const Tensor& x) {
@@ -90,10 +102,11 @@ Tensor GPTAttention::forward(const Tensor& x) {
   return dropout(y, config_.dropout, drop, *dropout_gen_);
 }
 
-GPTMLP::GPTMLP(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen) : config_(config), dropout_gen_(&dropout_gen) {
+GPTMLP::GPTMLP(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen)
+    : config_(config), dropout_gen_(&dropout_gen) {
   const int64_t c = config.n_embd;
-  c_fc = register_module("c_fc", std::make_shared<nn::Linear>(nn::LinearOptions(c, 4 * c).bias(config.bias).generator(init_gen)));
-  c_proj = register_module("c_proj", std::make_shared<nn::Linear>(nn::LinearOptions(4 * c, c).bias(config.bias).generator(init_gen)));
+  c_fc = register_module("c_fc", make_linear(c, 4 * c, config, init_gen));
+  c_proj = register_module("c_proj", make_linear(4 * c, c, config, init_gen));
 }
 
 Tensor GPTMLP::forward(const Tensor& x) {
@@ -115,8 +128,8 @@ Tensor GPTBlock::forward(const Tensor& x) {
 }
 
 GPTTransformer::GPTTransformer(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen) {
-  wte = register_module("wte", std::make_shared<nn::Embedding>(nn::EmbeddingOptions(config.padded_vocab_size, config.n_embd).generator(init_gen)));
-  wpe = register_module("wpe", std::make_shared<nn::Embedding>(nn::EmbeddingOptions(config.block_size, config.n_embd).generator(init_gen)));
+  wte = register_module("wte", make_embedding(config.padded_vocab_size, config.n_embd, init_gen));
+  wpe = register_module("wpe", make_embedding(config.block_size, config.n_embd, init_gen));
   h = register_module("h", std::make_shared<nn::ModuleList>());
   for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(std::make_shared<GPTBlock>(config, dropout_gen, init_gen));
   ln_f = register_module(

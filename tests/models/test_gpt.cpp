@@ -60,7 +60,8 @@ TEST_CASE("presets have the published shapes and parameter counts") {
   CHECK(n("gpt2-774m") == 774090240);
   CHECK(n("gpt-1.3b") == 1315819520);
   // Without padding the counts are Hugging Face's gpt2 / gpt2-medium / gpt2-large.
-  for (auto [name, hf] : {std::pair{"gpt2-124m", 124439808LL}, {"gpt2-350m", 354823168LL}, {"gpt2-774m", 774030080LL}}) {
+  for (auto [name, hf] :
+       {std::pair{"gpt2-124m", 124439808LL}, {"gpt2-350m", 354823168LL}, {"gpt2-774m", 774030080LL}}) {
     GPTConfig c = models::gpt_config(name);
     c.padded_vocab_size = c.vocab_size;
     CHECK(GPT::count_parameters(c) == hf);
