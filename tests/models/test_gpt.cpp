@@ -189,6 +189,14 @@ TEST_CASE("the same seed gives the same model; another seed, another model") {
   double e1 = p.loss(x, y).item(), e2 = p.loss(x, y).item();
   CHECK(e1 == e2);
   CHECK(e1 != lp1);
+
+  // Training with dropout spells attention out by hand; with p ~ 0 it must agree with the fused
+  // causal attention used in eval.
+  c.dropout = 1e-12;
+  GPT r(models::GPTOptions(c).seed(4));
+  const double train_loss = r.loss(x, y).item();
+  r.eval();
+  CHECK(train_loss == doctest::Approx(r.loss(x, y).item()).epsilon(1e-6));
 }
 
 TEST_CASE("causal: changing a future token leaves earlier logits unchanged") {
