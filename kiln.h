@@ -5,4 +5,5 @@
 #include <kiln/core/core.h>
 #include <kiln/nn/nn.h>
 #include <kiln/optim/optim.h>
+#include <kiln/models/models.h>
 #include <kiln/parallel/parallel.h>
