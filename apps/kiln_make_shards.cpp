@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,10 +77,11 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(dir);
 
     Source source;
-    SyntheticCorpus corpus(SyntheticCorpusOptions().vocab_size(vocab).lags(lags).noise(noise).seed(seed));
+    std::optional<SyntheticCorpus> corpus;
     std::ifstream in;
     if (synthetic) {
-      source = [&](int64_t n) { return corpus.generate(n); };
+      corpus.emplace(SyntheticCorpusOptions().vocab_size(vocab).lags(lags).noise(noise).seed(seed));
+      source = [&](int64_t n) { return corpus->generate(n); };
     } else {
       tokens = static_cast<int64_t>(std::filesystem::file_size(text));
       KILN_CHECK(tokens > 0, "--text ", text, " is empty");
@@ -101,7 +103,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(val_shards), static_cast<long long>(val_tokens), dir.string().c_str());
     if (synthetic)
       std::printf("vocab %lld; entropy floor %.6f nats/token (uniform: %.6f)\n", static_cast<long long>(vocab),
-                  corpus.entropy_floor(), std::log(double(vocab)));
+                  corpus->entropy_floor(), std::log(double(vocab)));
     else
       std::printf("byte-level tokens from %s, vocab 256\n", text.c_str());
   } catch (const std::exception& e) {

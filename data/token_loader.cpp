@@ -34,7 +34,8 @@ TokenLoader::TokenLoader(TokenLoaderOptions options) : options_(std::move(option
   KILN_CHECK(world > 0 && rank >= 0 && rank < world, "TokenLoader: rank ", rank, " is not in [0, world_size=", world,
              ")");
   KILN_CHECK(options_.vocab_size() >= 0 && options_.vocab_size() <= 65536,
-             "TokenLoader: vocab_size must be in [0, 65536] (uint16 tokens; 0 = unchecked), got ", options_.vocab_size());
+             "TokenLoader: vocab_size must be in [0, 65536] (uint16 tokens; 0 = unchecked), got ",
+             options_.vocab_size());
   paths_ = glob_sorted(options_.pattern());
   KILN_CHECK(!paths_.empty(), "TokenLoader: no file matches the pattern \"", options_.pattern(), "\"");
   window_start_.push_back(0);
@@ -148,8 +149,9 @@ void TokenLoader::set_cursor(const std::string& cursor) {
              "TokenLoader::set_cursor: \"", cursor, "\" lacks a field (expected ", this->cursor(), ")");
   KILN_CHECK(windows == num_windows_ && seq_len == options_.seq_len() && seed == options_.seed() &&
                  (shuffle != 0) == options_.shuffle(),
-             "TokenLoader::set_cursor: the cursor \"", cursor, "\" was saved from another dataset or order; this loader is \"",
-             this->cursor(), "\" (windows, seq_len, seed and shuffle must match)");
+             "TokenLoader::set_cursor: the cursor \"", cursor,
+             "\" was saved from another dataset or order; this loader is \"", this->cursor(),
+             "\" (windows, seq_len, seed and shuffle must match)");
   KILN_CHECK(position <= num_windows_, "TokenLoader::set_cursor: position ", position, " is past the ", num_windows_,
              " windows of an epoch");
   epoch_ = epoch;

@@ -66,6 +66,7 @@ struct TokenBatch {
 // positions [position, ...) under any world size and batch size: every rank of the new world
 // sets the same cursor string, and the global sequence of windows continues exactly where the
 // old world stopped (no window of the epoch is skipped or repeated).
+// Move-only (it owns the shard mappings); not thread-safe: one loader per rank and thread.
 class TokenLoader {
  public:
   explicit TokenLoader(TokenLoaderOptions options);

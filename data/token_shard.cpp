@@ -49,8 +49,8 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
     std::memcpy(header, map_, sizeof header);
     KILN_CHECK(header[0] == kTokenShardMagic, "token shard ", path_, ": bad magic at byte offset 0: expected ",
                kTokenShardMagic, ", found ", header[0], " (not an llm.c/modded-nanogpt token shard)");
-    KILN_CHECK(header[1] == kTokenShardVersion, "token shard ", path_, ": unsupported version at byte offset 4: expected ",
-               kTokenShardVersion, ", found ", header[1]);
+    KILN_CHECK(header[1] == kTokenShardVersion, "token shard ", path_,
+               ": unsupported version at byte offset 4: expected ", kTokenShardVersion, ", found ", header[1]);
     KILN_CHECK(header[2] >= 0, "token shard ", path_, ": negative token count at byte offset 8: ", header[2]);
     const int64_t expected = kTokenShardHeaderBytes + 2 * int64_t(header[2]);
     KILN_CHECK(file_bytes == expected, "token shard ", path_, ": size mismatch: the header (byte offset 8) declares ",
@@ -114,7 +114,8 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
   header[1] = kTokenShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
   if (std::fwrite(header.data(), sizeof header, 1, f) != 1) fail("writing the header of");
-  if (!tokens.empty() && std::fwrite(tokens.data(), 2, tokens.size(), f) != tokens.size()) fail("writing the tokens of");
+  if (!tokens.empty() && std::fwrite(tokens.data(), 2, tokens.size(), f) != tokens.size())
+    fail("writing the tokens of");
   if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0) fail("flushing");
   if (std::fclose(f) != 0) {
     int err = errno;

@@ -97,7 +97,8 @@ TEST_CASE("ranks read disjoint windows that together form the global batch, rank
   REQUIRE(id.size() == expected.size());  // windows are distinguishable by content
 
   std::vector<TokenLoader> ranks;
-  for (int r = 0; r < W; ++r) ranks.emplace_back(TokenLoaderOptions(data.pattern(), B, T).rank(r).world_size(W).seed(5));
+  for (int r = 0; r < W; ++r)
+    ranks.emplace_back(TokenLoaderOptions(data.pattern(), B, T).rank(r).world_size(W).seed(5));
   TokenLoader whole(TokenLoaderOptions(data.pattern(), B * W, T).seed(5));
   const int64_t steps = ranks[0].batches_per_epoch();
   CHECK(steps == int64_t(expected.size()) / (B * W));
@@ -180,9 +181,13 @@ TEST_CASE("a cursor resumes at the same global position under a different world 
 
   // World 2, B 3: 4 steps consume positions [0, 24).
   std::vector<TokenLoader> old_world;
-  for (int r = 0; r < 2; ++r) old_world.emplace_back(TokenLoaderOptions(data.pattern(), 3, T).seed(3).rank(r).world_size(2));
+  for (int r = 0; r < 2; ++r)
+    old_world.emplace_back(TokenLoaderOptions(data.pattern(), 3, T).seed(3).rank(r).world_size(2));
   for (int step = 0; step < 4; ++step)
-    for (int r = 0; r < 2; ++r) CHECK(rows(old_world[r].next()) == std::vector<Window>(order.begin() + step * 6 + r * 3, order.begin() + step * 6 + r * 3 + 3));
+    for (int r = 0; r < 2; ++r) {
+      int64_t first = step * 6 + r * 3;
+      CHECK(rows(old_world[r].next()) == std::vector<Window>(order.begin() + first, order.begin() + first + 3));
+    }
   std::string cursor = old_world[0].cursor();
   CHECK(cursor.find("position=24") != std::string::npos);
 
