@@ -1,0 +1,110 @@
+// TokenLoader: (x, y) batches of token windows from a set of shards, split across data-parallel
+// ranks, shuffled per epoch, with a resumable cursor. The windows are read straight out of the
+// memory-mapped shards (see TokenShard); only the current batch is materialised.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <kiln/core/tensor.h>
+#include <kiln/data/token_shard.h>
+
+namespace kiln::data {
+
+// TokenLoaderOptions("data/train_*.bin", /*batch_size=*/8, /*seq_len=*/1024).rank(r).world_size(w).
+struct TokenLoaderOptions {
+  TokenLoaderOptions(std::string pattern, int64_t batch_size, int64_t seq_len)
+      : pattern_(std::move(pattern)), batch_size_(batch_size), seq_len_(seq_len) {}
+
+  TokenLoaderOptions& pattern(std::string v) { pattern_ = std::move(v); return *this; }
+  TokenLoaderOptions& batch_size(int64_t v) { batch_size_ = v; return *this; }  // B, per rank
+  TokenLoaderOptions& seq_len(int64_t v) { seq_len_ = v; return *this; }        // T
+  TokenLoaderOptions& rank(int v) { rank_ = v; return *this; }
+  TokenLoaderOptions& world_size(int v) { world_size_ = v; return *this; }
+  TokenLoaderOptions& seed(uint64_t v) { seed_ = v; return *this; }
+  TokenLoaderOptions& shuffle(bool v) { shuffle_ = v; return *this; }  // false: validation order
+  TokenLoaderOptions& vocab_size(int64_t v) { vocab_size_ = v; return *this; }  // 0: unchecked
+  const std::string& pattern() const { return pattern_; }
+  int64_t batch_size() const { return batch_size_; }
+  int64_t seq_len() const { return seq_len_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  uint64_t seed() const { return seed_; }
+  bool shuffle() const { return shuffle_; }
+  int64_t vocab_size() const { return vocab_size_; }
+
+ private:
+  std::string pattern_;  // a glob; the matching files are read in sorted order
+  int64_t batch_size_;
+  int64_t seq_len_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  uint64_t seed_ = 0;
+  bool shuffle_ = true;
+  int64_t vocab_size_ = 0;
+};
+
+struct TokenBatch {
+  Tensor x;  // (B, T) i64: window tokens [0, T)
+  Tensor y;  // (B, T) i64: window tokens [1, T] (x shifted by one: the next-token targets)
+};
+
+// Note [Token windows and the cursor]
+// The dataset is the sequence of all windows of T+1 tokens with stride T over the shards in
+// sorted order; window i of a shard covers tokens [i*T, i*T + T] and windows never cross a shard
+// boundary (a shard of n tokens has (n - 1) / T windows; the tail is unused). N = total windows.
+// Epoch e visits the N windows in the order perm_e (a Philox-keyed Feistel permutation of [0, N)
+// determined by (seed, e); the identity when shuffle is off). A global step takes the next
+// world_size * B positions of that order, and rank r reads positions
+// [position + r*B, position + (r+1)*B): ranks are disjoint and together cover the global batch.
+// The cursor is {epoch, position}: position counts the windows of epoch e consumed by all ranks
+// together, so it does not depend on the world size. When fewer than world_size * B positions
+// remain, the next call starts epoch e + 1 at position 0 (the tail is dropped, like drop_last).
+// Resuming: set_cursor(cursor()) on a loader with the same shards, T and seed continues with
+// positions [position, ...) under any world size and batch size: every rank of the new world
+// sets the same cursor string, and the global sequence of windows continues exactly where the
+// old world stopped (no window of the epoch is skipped or repeated).
+// Move-only (it owns the shard mappings); not thread-safe: one loader per rank and thread.
+class TokenLoader {
+ public:
+  explicit TokenLoader(TokenLoaderOptions options);
+
+  TokenBatch next();  // this rank's B windows of the next global batch
+
+  // Serialized cursor: "epoch=E position=P windows=N seq_len=T seed=S shuffle=0|1". set_cursor
+  // checks that windows, seq_len, seed and shuffle match this loader (else the positions would
+  // mean other windows) and that position <= N.
+  std::string cursor() const;
+  void set_cursor(const std::string& cursor);
+  void reset() { epoch_ = 0; position_ = 0; }  // back to the start (validation passes)
+
+  int64_t epoch() const { return epoch_; }
+  int64_t position() const { return position_; }
+  int64_t num_windows() const { return num_windows_; }                  // N
+  int64_t num_tokens() const { return num_tokens_; }                    // over all shards
+  int64_t batches_per_epoch() const { return num_windows_ / global_batch_; }  // global steps
+  int64_t global_batch_windows() const { return global_batch_; }       // world_size * B
+  const std::vector<std::string>& shard_paths() const { return paths_; }
+  const TokenLoaderOptions& options() const { return options_; }
+
+  // The dataset window at `position` of `epoch`'s order, as (shard index, first token).
+  std::pair<int64_t, int64_t> window_at(int64_t epoch, int64_t position) const;
+
+ private:
+  int64_t permuted(int64_t epoch, int64_t position) const;
+
+  TokenLoaderOptions options_;
+  std::vector<std::string> paths_;
+  std::vector<TokenShard> shards_;
+  std::vector<int64_t> window_start_;  // (shards + 1,): first global window of each shard
+  int64_t num_windows_ = 0;
+  int64_t num_tokens_ = 0;
+  int64_t global_batch_ = 0;
+  int feistel_half_bits_ = 1;
+  int64_t epoch_ = 0;
+  int64_t position_ = 0;
+};
+
+}  // namespace kiln::data
