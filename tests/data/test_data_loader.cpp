@@ -64,13 +64,18 @@ TEST_CASE("workers stay within the prefetch window") {
     b.inputs = from_vector(std::vector<int64_t>(part.begin(), part.end()), {static_cast<int64_t>(part.size())});
     return b;
   };
+  // Waits (up to 10 s on a loaded machine) for `n` batches, then gives workers time to overshoot.
+  auto settle = [&](int64_t n) {
+    for (int i = 0; i < 1000 && built.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  };
   DataLoader loader(idx, fn, DataLoaderOptions(4).num_workers(3).prefetch(2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  settle(2);
   CHECK(built.load() == 2);  // batches 0 and 1 only, although 3 workers wait
   auto first = loader.next();
   REQUIRE(first.has_value());
   CHECK(first->inputs.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3});
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  settle(3);
   CHECK(built.load() == 3);
 }
 
