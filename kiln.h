@@ -4,7 +4,7 @@
 #include <kiln/autograd/autograd.h>
 #include <kiln/core/core.h>
 #include <kiln/data/data.h>
+#include <kiln/models/models.h>
 #include <kiln/nn/nn.h>
 #include <kiln/optim/optim.h>
-#include <kiln/models/models.h>
 #include <kiln/parallel/parallel.h>

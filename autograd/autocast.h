@@ -17,8 +17,8 @@ namespace kiln::autograd {
 //     matmul, bmm, mm, linear (x, weight, bias), conv2d (x, weight, bias),
 //     scaled_dot_product_attention (q, k, v)
 //   f32 (inputs cast to f32, output f32, whatever the inputs' dtype):
-//     softmax, log_softmax, layer_norm (x, weight, bias), cross_entropy (logits), mse_loss,
-//     sum, mean, var
+//     softmax, log_softmax, layer_norm (x, weight, bias), batch_norm (x, weight, bias),
+//     cross_entropy (logits), mse_loss, sum, mean, var
 //   every other op runs in its inputs' dtype; binary ops promote (bf16 + f32 -> f32), so a
 //   low-precision activation added to an f32 residual gives f32, as in torch.
 // These are the lists of torch's CUDA autocast (its "lower precision" and "fp32" lists). Kiln uses

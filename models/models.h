@@ -1,5 +1,7 @@
-// kiln/models: ready-made models (GPT with Hugging Face GPT-2 names and its HF weight interop).
+// kiln/models: the bundled models: GPT (Hugging Face GPT-2 names, HF weight interop) and the
+// CIFAR CNN.
 #pragma once
 
+#include <kiln/models/cifar_cnn.h>
 #include <kiln/models/gpt.h>
 #include <kiln/models/gpt_hf.h>

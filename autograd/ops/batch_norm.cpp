@@ -3,6 +3,7 @@
 // Forward and backward are written with raw kiln::ops reductions and elementwise kernels.
 #include <kiln/autograd/ops/conv.h>
 
+#include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/reduce.h>
@@ -96,9 +97,13 @@ void update_running(const Tensor& running, const Tensor& stat, double momentum) 
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
-  check_defined(x, "batch_norm");
+Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight_in,
+                  const Tensor& bias_in, bool training, double momentum, double eps) {
+  check_defined(x_in, "batch_norm");
+  // f32 under autocast (Note [Autocast op lists]): the statistics of a bf16/f16 activation are
+  // taken in f32 and the output is f32, whatever the dtype the conv before it produced.
+  const Tensor x = autograd::autocast_to_f32(x_in), weight = autograd::autocast_to_f32(weight_in),
+               bias = autograd::autocast_to_f32(bias_in);
   KILN_CHECK(x.dim() >= 2, "batch_norm: expected an input (N, C, ...) with at least 2 dims, got shape ", x.shape());
   KILN_CHECK(is_floating(x.dtype()), "batch_norm: expected a floating-point input, got ", x.dtype());
   KILN_CHECK(eps >= 0, "batch_norm: eps must be non-negative, got ", eps);

@@ -1,0 +1,78 @@
+"""PyTorch parity oracle for models::CifarCnn: the same network, weights, batch and loss.
+
+Usage: /usr/bin/python3 gen_cnn.py OUT.safetensors
+Writes for each case "<case>" (max and avg global pool): "<case>.param.<name>" (state_dict
+before the step), "<case>.input", "<case>.labels", and torch's "<case>.logits", "<case>.loss"
+(cross entropy, label smoothing 0.2), "<case>.grad.<name>" and "<case>.buffer_after.<name>".
+tests/parity/test_parity_cnn.cpp builds the Kiln model and compares.
+"""
+import os
+import sys
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    print("gen_cnn: SKIPPED: this python has no torch (install python3-torch)")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(__file__))
+import safetensors_io  # noqa: E402
+
+
+class ConvGroup(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.norm1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.norm2 = nn.BatchNorm2d(cout)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        x = F.max_pool2d(self.conv1(x), 2)
+        x = self.act(self.norm1(x))
+        return self.act(self.norm2(self.conv2(x)))
+
+
+class CifarCnn(nn.Module):
+    def __init__(self, widths, pool, num_classes=10, head_scale=1.0 / 9.0):
+        super().__init__()
+        self.groups = nn.ModuleList()
+        cin = 3
+        for w in widths:
+            self.groups.append(ConvGroup(cin, w))
+            cin = w
+        self.head = nn.Linear(cin, num_classes, bias=False)
+        self.pool, self.head_scale = pool, head_scale
+
+    def forward(self, x):
+        for g in self.groups:
+            x = g(x)
+        x = x.amax(dim=(2, 3)) if self.pool == "max" else x.mean(dim=(2, 3))
+        return self.head(x) * self.head_scale
+
+
+torch.manual_seed(2024)
+out = {}
+for case, pool in [("max", "max"), ("avg", "avg")]:
+    model = CifarCnn([8, 16, 16], pool).double().train()
+    for k, v in model.state_dict().items():
+        out[f"{case}.param.{k}"] = v.clone()
+    x = torch.randn(6, 3, 32, 32, dtype=torch.float64)
+    labels = torch.randint(0, 10, (6,))
+    logits = model(x)
+    loss = F.cross_entropy(logits, labels, label_smoothing=0.2)
+    loss.backward()
+    out[f"{case}.input"] = x
+    out[f"{case}.labels"] = labels
+    out[f"{case}.logits"] = logits.detach()
+    out[f"{case}.loss"] = loss.detach()
+    for k, p in model.named_parameters():
+        out[f"{case}.grad.{k}"] = p.grad.clone()
+    for k, b in model.named_buffers():
+        out[f"{case}.buffer_after.{k}"] = b.clone()
+
+safetensors_io.save(sys.argv[1], out, {"torch": torch.__version__})
+print(f"gen_cnn: wrote {len(out)} tensors to {sys.argv[1]}")
