@@ -12,5 +12,5 @@ common=(--train "$work/data/train_*.bin" --n-layer 1 --n-embd 32 --batch-size 4 
 "$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/straight" --metrics "$work/straight.jsonl" >/dev/null
 "$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/split" --metrics "$work/split.jsonl" --stop-after 10 >/dev/null
 test -f "$work/split/step_10.safetensors"
-"$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/split" --metrics "$work/split.jsonl" --resume | grep -q "resumed from"
+"$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/split" --metrics "$work/split.jsonl" --resume | grep "resumed from" >/dev/null
 python3 "$here/jsonl_losses.py" equal "$work/straight.jsonl" "$work/split.jsonl"
