@@ -13,11 +13,11 @@ apps=$build/apps
 rm -rf "$out" && mkdir -p "$out"
 
 # 2M tokens; each copies the token 2 or 3 places back (chosen by the previous token) or, with
-# probability 0.3, is uniform: the best possible loss is the floor kiln-make-shards prints.
-"$apps/kiln-make-shards" --synthetic --tokens 2000000 --lags 2,3 --noise 0.3 --out "$out/data"
+# probability 0.5, is uniform: the best possible loss is the floor kiln-make-shards prints.
+"$apps/kiln-make-shards" --synthetic --tokens 2000000 --lags 2,3 --noise 0.5 --out "$out/data"
 
 "$apps/train_gpt" --model gpt-tiny --train "$out/data/train_*.bin" --val "$out/data/val_*.bin" \
-  --batch-size 8 --seq-len 64 --steps 300 --warmup-steps 10 --lr 6e-3 --min-lr 6e-4 --log-every 20 \
+  --batch-size 8 --seq-len 128 --steps 200 --warmup-steps 10 --lr 6e-3 --min-lr 6e-4 --log-every 20 \
   --eval-every 100 --eval-tokens 16384 --checkpoint-dir "$out/ckpt" --metrics "$out/metrics.jsonl" \
   --loss-svg "$out/loss.svg"
 
