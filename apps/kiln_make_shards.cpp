@@ -1,12 +1,14 @@
 // kiln-make-shards: writes llm.c-format token shards (train_000000.bin ..., val_000000.bin ...)
-// from the seeded synthetic corpus (printing its entropy floor) or from any file as byte-level
-// tokens. Both stream: at most one shard of tokens is in memory at a time.
+// from the seeded synthetic corpus (printing its entropy floor and writing it to DIR/floor.txt,
+// where train_gpt finds it) or from any file as byte-level tokens. Both stream: at most one shard
+// of tokens is in memory at a time.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <functional>
 #include <optional>
 #include <string>
@@ -40,7 +42,8 @@ int64_t write_split(const std::filesystem::path& dir, const std::string& split, 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-make-shards: write llm.c/modded-nanogpt token shards (train_*.bin, val_*.bin) from a seeded "
                "synthetic corpus with a known entropy floor, or from a text file as byte-level tokens (vocab 256). "
-               "The first (1 - val-fraction) of the tokens go to train, the rest to val."};
+               "The first (1 - val-fraction) of the tokens go to train, the rest to val. --synthetic also writes "
+               "OUT/floor.txt (the entropy floor in nats/token), which train_gpt reads."};
   bool synthetic = false;
   std::string text, out;
   int64_t tokens = 0, shard_tokens = 100'000'000, vocab = 256;
@@ -101,6 +104,17 @@ int main(int argc, char** argv) {
     std::printf("kiln-make-shards: wrote %lld train shard(s) (%lld tokens) and %lld val shard(s) (%lld tokens) to %s\n",
                 static_cast<long long>(train_shards), static_cast<long long>(train_tokens),
                 static_cast<long long>(val_shards), static_cast<long long>(val_tokens), dir.string().c_str());
+    const std::filesystem::path floor_path = dir / "floor.txt";
+    if (synthetic) {
+      // First token: the floor in nats/token (train_gpt reads it); the rest says where it came from.
+      std::ofstream floor_file(floor_path);
+      floor_file << std::setprecision(17) << corpus->entropy_floor() << std::setprecision(6)
+                 << " nats/token: entropy floor of the synthetic corpus (kiln-make-shards --vocab " << vocab
+                 << " --noise " << noise << " --seed " << seed << ")\n";
+      KILN_CHECK(floor_file.good(), "cannot write ", floor_path.string());
+    } else {
+      std::filesystem::remove(floor_path);  // a floor left by an earlier synthetic run would be wrong
+    }
     if (synthetic)
       std::printf("vocab %lld; entropy floor %.6f nats/token (uniform: %.6f)\n", static_cast<long long>(vocab),
                   corpus->entropy_floor(), std::log(double(vocab)));

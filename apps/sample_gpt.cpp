@@ -1,0 +1,197 @@
+// sample_gpt: generates text from a GPT checkpoint — a train_gpt checkpoint (the Trainer's
+// "model.*" tensors) or a Hugging Face GPT-2 safetensors file. Each new token recomputes the whole
+// context (no KV cache: simple, and fast enough for the sizes a CPU samples from).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+#include "gpt/bpe_decoder.h"
+
+using namespace kiln;
+
+namespace {
+
+struct Args {
+  std::string checkpoint, config_path, model = "gpt-tiny", prompt, prompt_ids, encoder;
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, tokens = 64, top_k = 0;
+  double temperature = 1.0;
+  uint64_t seed = 42;
+  int threads = 0;
+};
+
+// The model's shape: --config, else config.json next to the checkpoint (train_gpt writes it),
+// else --model with the --n-* overrides.
+models::GPTConfig load_config(const Args& a) {
+  std::string path = a.config_path;
+  if (path.empty()) {
+    auto beside = std::filesystem::path(a.checkpoint).parent_path() / "config.json";
+    if (std::filesystem::is_regular_file(beside)) path = beside.string();
+  }
+  models::GPTConfig c = models::gpt_config(a.model);
+  if (!path.empty()) {
+    std::ifstream in(path);
+    KILN_CHECK(in.good(), "cannot open the config ", path);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    KILN_CHECK(j.is_object(), "config ", path, " is not a JSON object");
+    for (auto [key, field] : {std::pair{"vocab_size", &c.vocab_size}, {"padded_vocab_size", &c.padded_vocab_size},
+                              {"block_size", &c.block_size}, {"n_layer", &c.n_layer}, {"n_head", &c.n_head},
+                              {"n_embd", &c.n_embd}}) {
+      KILN_CHECK(j.contains(key) && j[key].is_number_integer(), "config ", path, " lacks the integer \"", key, "\"");
+      *field = j[key].get<int64_t>();
+    }
+    if (j.contains("bias")) c.bias = j["bias"].get<bool>();
+  }
+  if (a.n_layer > 0) c.n_layer = a.n_layer;
+  if (a.n_head > 0) c.n_head = a.n_head;
+  if (a.n_embd > 0) c.n_embd = a.n_embd;
+  c.validate();
+  return c;
+}
+
+// A train_gpt checkpoint (metadata format "kiln.checkpoint": weights under "model.") or an HF file.
+void load_weights(models::GPT& model, const std::string& path) {
+  SafetensorsFile file = load_safetensors(path);
+  auto format = file.metadata.find("format");
+  if (format == file.metadata.end() || format->second != "kiln.checkpoint") {
+    models::load_gpt_hf(model, path);
+    return;
+  }
+  std::map<std::string, Tensor> state;
+  for (auto& [name, t] : file.tensors)
+    if (name.rfind("model.", 0) == 0) state.emplace(name.substr(6), t);
+  model.load_state_dict(state, /*strict=*/true);
+}
+
+std::vector<int64_t> prompt_tokens(const Args& a, const models::GPTConfig& c) {
+  std::vector<int64_t> ids;
+  if (!a.prompt_ids.empty()) {
+    std::stringstream ss(a.prompt_ids);
+    for (std::string item; std::getline(ss, item, ',');) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(item, &used);
+      } catch (const std::exception&) {
+      }
+      KILN_CHECK(used == item.size() && id >= 0 && id < c.vocab_size, "--prompt-ids: \"", item,
+                 "\" is not a token id below the vocabulary size ", c.vocab_size);
+      ids.push_back(id);
+    }
+  } else if (!a.prompt.empty()) {
+    KILN_CHECK(c.vocab_size == 256, "--prompt text needs the byte-level vocabulary (256); this model has ",
+               c.vocab_size, " tokens: give --prompt-ids");
+    for (uint16_t t : data::bytes_to_tokens(a.prompt)) ids.push_back(t);
+  }
+  if (ids.empty()) ids.push_back(c.vocab_size == 256 ? '\n' : c.vocab_size - 1);  // '\n' / <|endoftext|>
+  return ids;
+}
+
+// Next token from the last position's logits over the real vocabulary: temperature, top-k, then
+// a draw from the softmax (temperature 0: the argmax).
+int64_t sample_next(std::vector<float> logits, const Args& a, std::mt19937_64& rng) {
+  const auto n = static_cast<int64_t>(logits.size());
+  if (a.temperature == 0) return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  std::vector<double> p(logits.begin(), logits.end());
+  for (double& x : p) x /= a.temperature;
+  if (a.top_k > 0 && a.top_k < n) {
+    std::vector<double> sorted = p;
+    std::nth_element(sorted.begin(), sorted.begin() + (a.top_k - 1), sorted.end(), std::greater<>());
+    const double kth = sorted[size_t(a.top_k - 1)];
+    for (double& x : p)
+      if (x < kth) x = -INFINITY;
+  }
+  const double mx = *std::max_element(p.begin(), p.end());
+  for (double& x : p) x = std::exp(x - mx);
+  std::discrete_distribution<int64_t> dist(p.begin(), p.end());
+  return dist(rng);
+}
+
+int run(const Args& a) {
+  if (a.threads > 0) set_num_threads(a.threads);
+  const models::GPTConfig config = load_config(a);
+  models::GPT model(config);
+  load_weights(model, a.checkpoint);
+  model.eval();
+  std::optional<apps::BpeDecoder> bpe;
+  if (!a.encoder.empty()) bpe.emplace(a.encoder);
+  auto emit = [&](int64_t id) {
+    if (config.vocab_size == 256) std::fputc(static_cast<int>(id), stdout);
+    else if (bpe) std::fputs(bpe->decode(id).c_str(), stdout);
+    else std::printf("%lld ", static_cast<long long>(id));
+    std::fflush(stdout);
+  };
+
+  std::vector<int64_t> ids = prompt_tokens(a, config);
+  for (int64_t id : ids) emit(id);
+  std::mt19937_64 rng(a.seed);
+  NoGradGuard no_grad;
+  for (int64_t i = 0; i < a.tokens; ++i) {
+    const auto t = std::min<int64_t>(int64_t(ids.size()), config.block_size);  // crop to the context
+    std::vector<int64_t> window(ids.end() - t, ids.end());
+    Tensor logits = model.forward(from_vector<int64_t>(window, {1, t}));  // (1, t, padded vocab)
+    Tensor last = logits.select(1, t - 1).select(0, 0).narrow(0, 0, config.vocab_size).to(DType::f32).contiguous();
+    int64_t next = sample_next(last.to_vector<float>(), a, rng);
+    ids.push_back(next);
+    emit(next);
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sample_gpt: generate tokens from a GPT checkpoint, recomputing the whole context for each new token "
+               "(no KV cache). Byte-level models (vocab 256) print text; GPT-2 vocabularies print text through "
+               "--encoder encoder.json (GPT-2's byte-level BPE table), else the token ids.",
+               "sample_gpt"};
+  Args a;
+  app.add_option("--checkpoint", a.checkpoint, "a train_gpt checkpoint (DIR/step_N.safetensors) or a Hugging Face "
+                 "GPT-2 model.safetensors")->required()->check(CLI::ExistingFile);
+  app.add_option("--config", a.config_path, "the model's shape as JSON (default: config.json next to the checkpoint, "
+                 "which train_gpt writes; else --model)");
+  app.add_option("--model", a.model, "preset when there is no config.json")->capture_default_str();
+  app.add_option("--n-layer", a.n_layer, "override the layer count");
+  app.add_option("--n-head", a.n_head, "override the head count");
+  app.add_option("--n-embd", a.n_embd, "override the width");
+  app.add_option("--prompt", a.prompt, "prompt text (byte-level models; default: a newline)");
+  app.add_option("--prompt-ids", a.prompt_ids, "prompt as comma-separated token ids (any vocabulary; GPT-2's "
+                 "default: <|endoftext|>)");
+  app.add_option("--tokens,-n", a.tokens, "tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--temperature", a.temperature, "softmax temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--seed", a.seed, "sampling seed")->capture_default_str();
+  app.add_option("--encoder", a.encoder, "GPT-2's encoder.json, to print GPT-2 tokens as text")
+      ->check(CLI::ExistingFile);
+  app.add_option("--threads", a.threads, "CPU threads (0: OMP_NUM_THREADS or all cores)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "sample_gpt: %s (see sample_gpt --help)\n", e.what());
+    return 2;
+  }
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nsample_gpt: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,327 @@
+// train_gpt: trains the bundled GPT on llm.c-format token shards, single-process or one rank per
+// process under kiln-run/torchrun (dist::Trainer: accumulation, autocast, clipping, AdamW with
+// decay on 2-D weights only, warmup + cosine, checkpoints that resume bitwise with the data cursor).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+#include "gpt/report.h"
+
+using namespace kiln;
+using json = nlohmann::json;
+
+namespace {
+
+struct Args {
+  std::string model = "gpt-tiny", train, val;
+  int64_t n_layer = 0, n_head = 0, n_embd = 0;
+  int64_t batch_size = 8, seq_len = 128, total_batch_tokens = 0;
+  double lr = 6e-4, min_lr = 6e-5, weight_decay = 0.1, grad_clip = 1.0;
+  int64_t warmup_steps = 20, steps = 200, stop_after = 0;
+  std::string dtype = "fp32", device = "cpu";
+  int64_t eval_every = 0, eval_tokens = 65536, log_every = 10;
+  int64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  bool resume = false;
+  uint64_t seed = 1337;
+  int threads = 0;
+  std::string metrics, loss_svg;
+  std::optional<double> entropy_floor;
+  double peak_flops = 0;
+};
+
+constexpr double kCpuPeakFlopsPerThread = 1.6e11;  // one AVX-512 core: 2 FMA x 16 f32 lanes x 2.5 GHz
+
+bool launched_distributed() {
+  for (const char* v : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+models::GPTConfig make_config(const Args& a) {
+  models::GPTConfig c = models::gpt_config(a.model);
+  if (a.n_layer > 0) c.n_layer = a.n_layer;
+  if (a.n_head > 0) c.n_head = a.n_head;
+  if (a.n_embd > 0) c.n_embd = a.n_embd;
+  c.validate();
+  KILN_CHECK(a.seq_len <= c.block_size, "--seq-len ", a.seq_len, " exceeds the model's context ", c.block_size);
+  return c;
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "fp32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  return DType::f16;
+}
+
+json config_json(const models::GPTConfig& c) {
+  return {{"vocab_size", c.vocab_size}, {"padded_vocab_size", c.padded_vocab_size}, {"block_size", c.block_size},
+          {"n_layer", c.n_layer},       {"n_head", c.n_head},                       {"n_embd", c.n_embd},
+          {"bias", c.bias}};
+}
+
+// Mean loss over `batches` validation batches of this rank, averaged across ranks (collective).
+double evaluate(models::GPT& model, data::TokenLoader& loader, int64_t batches, DType amp,
+                const std::shared_ptr<dist::ProcessGroup>& group) {
+  NoGradGuard no_grad;
+  model.eval();
+  loader.reset();
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    data::TokenBatch b = loader.next();
+    AutocastGuard autocast(amp == DType::f32 ? DType::bf16 : amp, amp != DType::f32);
+    sum += model.loss(b.x, b.y).to(DType::f64).item();
+  }
+  model.train();
+  double mean = sum / double(batches);
+  if (group && group->size() > 1) {
+    Tensor t = from_vector<double>({mean}, {1});
+    group->allreduce(t)->wait();
+    mean = t.item() / group->size();
+  }
+  return mean;
+}
+
+void add_flags(CLI::App& app, Args& a, double& floor_flag) {
+  app.add_option("--model", a.model, "preset: " + [] {
+    std::string s;
+    for (const auto& n : models::gpt_config_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }())->capture_default_str();
+  app.add_option("--n-layer", a.n_layer, "override the preset's layer count (0: keep)");
+  app.add_option("--n-head", a.n_head, "override the preset's head count (0: keep)");
+  app.add_option("--n-embd", a.n_embd, "override the preset's width (0: keep)");
+  app.add_option("--train", a.train, "glob of the training shards, e.g. 'data/train_*.bin'")->required();
+  app.add_option("--val", a.val, "glob of the validation shards (needed by --eval-every)");
+  app.add_option("--batch-size,-b", a.batch_size, "B: sequences per micro-batch per rank")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seq-len,-t", a.seq_len, "T: tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--total-batch-tokens", a.total_batch_tokens,
+                 "tokens per optimizer step over all ranks; gradient accumulation = this / (B*T*world size), "
+                 "which must divide (0: B*T*world size, no accumulation)")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", a.lr, "peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--min-lr", a.min_lr, "learning rate at the end of the cosine decay")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--warmup-steps", a.warmup_steps, "linear warmup steps, then cosine decay to --min-lr at --steps")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--steps", a.steps, "optimizer steps of the whole run")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--stop-after", a.stop_after,
+                 "end this process after step N (checkpointing it; continue with --resume), keeping the --steps "
+                 "schedule: for preemptible jobs (0: run to --steps)")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", a.weight_decay,
+                 "AdamW decoupled weight decay of the 2-D (and higher) weights; biases, LayerNorm and other 1-D "
+                 "parameters get none (nanoGPT/llm.c). Betas (0.9, 0.95), eps 1e-8")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--grad-clip", a.grad_clip, "clip the global gradient norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--dtype", a.dtype, "fp32, or autocast to bf16, or fp16 with a loss scaler")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--eval-every", a.eval_every, "validation loss every N steps and at the end (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--eval-tokens", a.eval_tokens, "validation tokens per evaluation (over all ranks, from the start "
+                 "of the val shards)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--log-every", a.log_every, "print and record the loss every N steps, and at the first and last (each syncs the ranks)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--checkpoint-every", a.checkpoint_every,
+                 "write DIR/step_<N>.safetensors every N steps, keeping the last 2 (0: only at the end)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--checkpoint-dir", a.checkpoint_dir,
+                 "checkpoint directory; also gets config.json (the model's shape, read by sample_gpt) and the "
+                 "final checkpoint");
+  app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
+               "schedule, RNG, data cursor), if there is one");
+  app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
+  app.add_option("--device", a.device, "cpu (cuda: the CUDA backend is not available yet)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--threads", a.threads, "CPU threads per process (0: OMP_NUM_THREADS or all cores)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--metrics", a.metrics, "JSONL file: one object per logged step (step, loss, lr, tokens_per_s, "
+                 "mfu, grad_norm, elapsed_s), one per evaluation (val_loss); appended to on --resume");
+  app.add_option("--loss-svg", a.loss_svg, "write an SVG loss curve of this run at the end");
+  app.add_option("--entropy-floor", floor_flag, "the data's entropy floor in nats/token, shown next to the loss "
+                 "(default: read from floor.txt next to the --train shards, which kiln-make-shards --synthetic writes)");
+  app.add_option("--peak-flops", a.peak_flops, "the device's peak FLOP/s for MFU; default for the CPU: a rough "
+                 "1.6e11 per thread (one AVX-512 core's f32 FMA peak), so CPU MFU is only indicative");
+}
+
+int run(Args a) {
+  KILN_CHECK(a.device == "cpu", "--device ", a.device, ": the CUDA backend is not available yet; use --device cpu");
+  if (a.threads > 0) set_num_threads(a.threads);
+  const models::GPTConfig config = make_config(a);
+  KILN_CHECK(a.eval_every == 0 || !a.val.empty(), "--eval-every needs --val shards");
+  KILN_CHECK(!a.resume || !a.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  KILN_CHECK(a.warmup_steps < a.steps, "--warmup-steps ", a.warmup_steps, " must be below --steps ",
+             a.steps);
+  KILN_CHECK(a.min_lr <= a.lr, "--min-lr ", a.min_lr, " exceeds --lr ", a.lr);
+
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (launched_distributed()) group = dist::init_process_group(dist::InitOptions().backend("gloo"));
+  const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
+  const bool main_rank = rank == 0;
+
+  const int64_t micro_tokens = a.batch_size * a.seq_len * world;
+  if (a.total_batch_tokens == 0) a.total_batch_tokens = micro_tokens;
+  KILN_CHECK(a.total_batch_tokens % micro_tokens == 0, "--total-batch-tokens ", a.total_batch_tokens,
+             " is not a multiple of B*T*world size = ", a.batch_size, "*", a.seq_len, "*", world, " = ", micro_tokens);
+  const int accum = static_cast<int>(a.total_batch_tokens / micro_tokens);
+
+  data::TokenLoader train_loader(data::TokenLoaderOptions(a.train, a.batch_size, a.seq_len)
+                                     .rank(rank).world_size(world).seed(a.seed).vocab_size(config.vocab_size));
+  std::optional<data::TokenLoader> val_loader;
+  if (!a.val.empty())
+    val_loader.emplace(data::TokenLoaderOptions(a.val, a.batch_size, a.seq_len)
+                           .rank(rank).world_size(world).shuffle(false).vocab_size(config.vocab_size));
+  const int64_t eval_batches = std::max<int64_t>(1, a.eval_tokens / micro_tokens);
+  if (!a.entropy_floor) a.entropy_floor = apps::read_entropy_floor(a.train);
+
+  default_generator().manual_seed(a.seed);
+  auto model = std::make_shared<models::GPT>(models::GPTOptions(config).seed(a.seed));
+  std::vector<Tensor> decay, no_decay;
+  for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto adamw = optim::AdamWOptions(a.lr).betas({0.9, 0.95}).eps(1e-8);
+  auto optimizer = std::make_shared<optim::AdamW>(std::vector<optim::AdamW::Group>{
+      {decay, optim::AdamWOptions(adamw).weight_decay(a.weight_decay)},
+      {no_decay, optim::AdamWOptions(adamw).weight_decay(0.0)}});
+  const DType amp = parse_dtype(a.dtype);
+  dist::TrainerOptions topts = dist::TrainerOptions().grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
+                                   .log_every(0)  // train_gpt asks for the loss itself (sync_loss)
+                                   .checkpoint_cursor([&] { return train_loader.cursor(); });
+  if (!a.checkpoint_dir.empty())
+    topts.checkpoint_dir(a.checkpoint_dir).checkpoint_every(static_cast<int>(a.checkpoint_every));
+  dist::Trainer trainer(model, optimizer, group, topts,
+                        optim::warmup_cosine_schedule(optim::WarmupCosineOptions(a.warmup_steps, a.steps)
+                                                          .min_factor(a.min_lr / a.lr)));
+
+  std::string resumed_from;
+  if (a.resume) {
+    resumed_from = dist::Trainer::latest_checkpoint(a.checkpoint_dir);
+    if (auto cursor = trainer.load_checkpoint(resumed_from); cursor && !cursor->empty()) train_loader.set_cursor(*cursor);
+  }
+  if (main_rank && !a.checkpoint_dir.empty()) {
+    std::filesystem::create_directories(a.checkpoint_dir);
+    std::ofstream(std::filesystem::path(a.checkpoint_dir) / "config.json") << config_json(config).dump(2) << "\n";
+  }
+
+  const int64_t non_embedding = model->num_parameters(/*non_embedding=*/true);
+  const double peak = a.peak_flops > 0 ? a.peak_flops : kCpuPeakFlopsPerThread * num_threads() * world;
+  const double flops_tok = apps::flops_per_token(config, non_embedding, a.seq_len);
+  const int64_t end_step = a.stop_after > 0 ? std::min(a.stop_after, a.steps) : a.steps;
+  apps::MetricsWriter metrics;
+  if (main_rank && !a.metrics.empty()) metrics = apps::MetricsWriter(a.metrics, a.resume && !resumed_from.empty());
+  if (main_rank) {
+    model->print_num_parameters(std::cout);
+    std::printf("\n%s: %lld layers, %lld heads, %lld dims | world %d x B %lld x T %lld x accum %d = %lld tokens/step"
+                " | %lld train tokens | %.3g FLOPs/token\n",
+                a.model.c_str(), (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd, world,
+                (long long)a.batch_size, (long long)a.seq_len, accum, (long long)a.total_batch_tokens,
+                (long long)train_loader.num_tokens(), flops_tok);
+    if (!resumed_from.empty()) std::printf("resumed from %s at step %lld\n", resumed_from.c_str(),
+                                           (long long)trainer.global_step());
+    else if (a.resume) std::printf("no checkpoint in %s: starting from step 0\n", a.checkpoint_dir.c_str());
+    json head = {{"type", "config"}, {"model", a.model}, {"config", config_json(config)}, {"world_size", world},
+                 {"grad_accum", accum}, {"tokens_per_step", a.total_batch_tokens}, {"steps", a.steps},
+                 {"start_step", trainer.global_step()}};
+    if (a.entropy_floor) head["entropy_floor"] = *a.entropy_floor;
+    metrics.write_line(head.dump());
+    std::fflush(stdout);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t first_step = trainer.global_step();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  char floor_text[48] = "";
+  if (a.entropy_floor) std::snprintf(floor_text, sizeof floor_text, " (floor %.4f)", *a.entropy_floor);
+  std::vector<apps::TrainPoint> train_curve, val_curve;
+  auto run_eval = [&](int64_t step) {
+    double v = evaluate(*model, *val_loader, eval_batches, amp, group);
+    if (!main_rank) return;
+    std::printf("step %5lld/%lld | val loss %.4f%s\n", (long long)step, (long long)a.steps, v, floor_text);
+    std::fflush(stdout);
+    val_curve.push_back({step, v});
+    metrics.write_line(json{{"type", "eval"}, {"step", step}, {"val_loss", v}, {"elapsed_s", elapsed()}}.dump());
+  };
+
+  double window_seconds = 0;
+  int64_t window_tokens = 0;
+  while (trainer.global_step() < end_step) {
+    const int64_t step = trainer.global_step();
+    const bool log = step == first_step || (step + 1) % a.log_every == 0 || step + 1 == end_step;
+    dist::StepStats s = trainer.step(
+        [&](int) {
+          data::TokenBatch b = train_loader.next();
+          return model->loss(b.x, b.y);
+        },
+        dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
+    window_seconds += s.seconds;
+    window_tokens += s.items;
+    if (s.logged && main_rank) {
+      const double tok_s = window_seconds > 0 ? double(window_tokens) / window_seconds : 0;
+      const double mfu = tok_s * flops_tok / peak;
+      const double eta = elapsed() / double(step + 1 - first_step) * double(end_step - step - 1);
+      std::printf("step %5lld/%lld | loss %.4f%s | lr %.2e | norm %.3f | %.0f tok/s | mfu %.1f%% | eta %s\n",
+                  (long long)(step + 1), (long long)a.steps, s.loss, floor_text, s.lr, s.grad_norm, tok_s, 100 * mfu,
+                  apps::format_duration(eta).c_str());
+      std::fflush(stdout);
+      train_curve.push_back({step + 1, s.loss});
+      json line = {{"type", "train"}, {"step", step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"tokens_per_s", tok_s},
+                   {"mfu", mfu}, {"grad_norm", s.grad_norm}, {"elapsed_s", elapsed()}};
+      if (s.skipped) line["skipped"] = true;
+      metrics.write_line(line.dump());
+      window_seconds = 0, window_tokens = 0;
+    }
+    if (val_loader && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps)) run_eval(step + 1);
+  }
+
+  const int64_t done = trainer.global_step();
+  if (!a.checkpoint_dir.empty() && (a.checkpoint_every == 0 || done % a.checkpoint_every != 0) && done > first_step)
+    trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, done), train_loader.cursor());
+  if (main_rank) {
+    std::printf("%s step %lld in %s\n", done == a.steps ? "finished at" : "stopped after", (long long)done,
+                apps::format_duration(elapsed()).c_str());
+    if (!a.loss_svg.empty()) apps::write_loss_svg(a.loss_svg, train_curve, val_curve, a.entropy_floor);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"train_gpt: train the bundled GPT on llm.c-format token shards (kiln-make-shards writes them). "
+               "Single process, or one rank per process under kiln-run/torchrun/srun/mpirun (Gloo on the CPU); "
+               "the loss printed and recorded is the mean over ranks and micro-steps.",
+               "train_gpt"};
+  Args args;
+  double floor_flag = std::numeric_limits<double>::quiet_NaN();
+  add_flags(app, args, floor_flag);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "train_gpt: %s (see train_gpt --help)\n", e.what());
+    return 2;
+  }
+  if (!std::isnan(floor_flag)) args.entropy_floor = floor_flag;
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,12 @@
+# End-to-end tests of train_gpt / sample_gpt / kiln-make-shards, driven by shell scripts that run the
+# real executables and check their JSONL metrics and checkpoints (python3 reads the files). Included
+# from tests/CMakeLists.txt when the apps are built.
+set(_gpt_apps_dir ${CMAKE_CURRENT_SOURCE_DIR}/apps)
+set(_gpt_apps_bins $<TARGET_FILE_DIR:train_gpt>)
+foreach(_case converge resume ddp)
+  add_test(NAME apps_gpt_${_case}
+           COMMAND /bin/bash ${_gpt_apps_dir}/gpt_${_case}.sh ${_gpt_apps_bins} ${CMAKE_CURRENT_BINARY_DIR}/apps_gpt_${_case})
+endforeach()
+set_tests_properties(apps_gpt_converge apps_gpt_resume apps_gpt_ddp PROPERTIES LABELS "apps;models;cpu")
+set_tests_properties(apps_gpt_converge PROPERTIES TIMEOUT 300)
+set_tests_properties(apps_gpt_resume apps_gpt_ddp PROPERTIES TIMEOUT 120)
