@@ -41,20 +41,20 @@ ddp)
   # (--grad-accum 2 takes the rank's images at even and odd positions, exactly the images the two
   # ranks get). BatchNorm normalizes each 32-image micro-batch alone in both runs, so the
   # per-step losses and gradients agree up to f32 summation order: the per-epoch train losses must
-  # match to 1e-4 relative. Test accuracy is compared within 2 points only: the 1-rank run updates
+  # match to 1e-4 relative. Final test accuracy is compared within 3% (relative) only: the 1-rank run updates
   # the BatchNorm running statistics from both micro-batches, DDP keeps rank 0's.
-  A="--train-size 1024 --test-size 500 --epochs 2 --batch-size 64 --threads 1"
+  A="--train-size 2048 --test-size 500 --epochs 3 --batch-size 64 --threads 1"
   run "$T/one.log" "$TC" $COMMON $A --grad-accum 2 --metrics "$T/one.jsonl"
   run "$T/two.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --backend gloo --metrics "$T/two.jsonl"
   cat "$T/one.log" "$T/two.log"
-  for e in 1 2; do
+  for e in 1 2 3; do
     a=$(field "$T/one.jsonl" $e train_loss); b=$(field "$T/two.jsonl" $e train_loss)
     close "$a" "$b" 1e-4 || fail "epoch $e train loss: 1 rank x 2 micro-batches $a, 2 ranks $b"
     [ "$(field "$T/one.jsonl" $e step)" = "$(field "$T/two.jsonl" $e step)" ] || fail "epoch $e step counts differ"
   done
-  a=$(field "$T/one.jsonl" 2 test_accuracy); b=$(field "$T/two.jsonl" 2 test_accuracy)
-  close "$a" "$b" 0.02 || fail "final test accuracy: 1 rank $a, 2 ranks $b (more than 2% apart)"
-  [ "$(field "$T/two.jsonl" 2 test_total)" = 500 ] || fail "the 2-rank evaluation did not count 500 test images"
+  a=$(field "$T/one.jsonl" 3 test_accuracy); b=$(field "$T/two.jsonl" 3 test_accuracy)
+  close "$a" "$b" 0.03 || fail "final test accuracy: 1 rank $a, 2 ranks $b (more than 3% apart)"
+  [ "$(field "$T/two.jsonl" 3 test_total)" = 500 ] || fail "the 2-rank evaluation did not count 500 test images"
   ;;
 resume)
   # 3 epochs straight, versus 2 epochs (--stop-after-epoch 2, checkpoint) and a --resume for the

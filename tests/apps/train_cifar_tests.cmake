@@ -6,6 +6,7 @@ foreach(_mode accuracy ddp resume errors)
            COMMAND /bin/sh ${CMAKE_CURRENT_SOURCE_DIR}/apps/train_cifar_test.sh ${_mode}
                    $<TARGET_FILE:train_cifar> $<TARGET_FILE:kiln-run>)
 endforeach()
-set_tests_properties(apps_train_cifar_accuracy apps_train_cifar_ddp apps_train_cifar_resume
-                     PROPERTIES LABELS "apps;cpu;dist" TIMEOUT 300 PROCESSORS 2)
+set_tests_properties(apps_train_cifar_accuracy apps_train_cifar_resume
+                     PROPERTIES LABELS "apps;cpu" TIMEOUT 300 PROCESSORS 2)
+set_tests_properties(apps_train_cifar_ddp PROPERTIES LABELS "apps;cpu;dist" TIMEOUT 300 PROCESSORS 2)
 set_tests_properties(apps_train_cifar_errors PROPERTIES LABELS "apps;cpu" TIMEOUT 60)
