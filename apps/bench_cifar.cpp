@@ -1,0 +1,137 @@
+// bench_cifar: CPU training-step throughput (images/s of forward, label-smoothed cross entropy,
+// backward and an SGD Nesterov step) of the tiny and standard CifarCnn, Kiln and PyTorch side by
+// side (apps/bench_cifar.py: the same network as tests/parity/gen_cnn.py, same batch, threads and
+// timing rule: median of at least --min-iters steps and 0.5 s after 2 warm-ups; best of --rounds
+// alternating rounds per side). Prints the Kiln/PyTorch ratio.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+#ifndef KILN_BENCH_CIFAR_PY
+#define KILN_BENCH_CIFAR_PY "bench_cifar.py"
+#endif
+
+using namespace kiln;
+
+namespace {
+
+struct Case {
+  std::string name;  // "tiny" or "standard"
+  int64_t batch;
+  double kiln = 0, torch = 0;  // images/s, best round
+};
+
+double median_seconds(const std::function<void()>& fn, int min_iters) {
+  fn();
+  fn();
+  std::vector<double> times;
+  auto since = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto start = std::chrono::steady_clock::now();
+  while (int(times.size()) < min_iters || since(start) < 0.5) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    times.push_back(since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+std::string run_command(const std::string& cmd) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  KILN_CHECK(pipe != nullptr, "bench_cifar: could not run ", cmd);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
+  return out;
+}
+
+// images/s of one training step of the named model at `batch`, f32 on the CPU.
+double kiln_images_per_s(const std::string& name, int64_t batch, int min_iters) {
+  Generator gen(0);
+  auto config = name == "tiny" ? models::CifarCnnConfig::tiny() : models::CifarCnnConfig::standard();
+  auto model = std::make_shared<models::CifarCnn>(config, gen);
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).momentum(0.9).nesterov(true).weight_decay(5e-4));
+  Tensor x = randn({batch, 3, 32, 32}, gen);
+  Tensor y = randint(0, 10, {batch}, gen);
+  const auto ce = CrossEntropyOptions().label_smoothing(0.2);
+  double t = median_seconds(
+      [&] {
+        opt.zero_grad();
+        Tensor loss = cross_entropy(model->forward(x), y, ce);
+        loss.backward();
+        opt.step();
+      },
+      min_iters);
+  return double(batch) / t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_cifar: Kiln vs PyTorch CPU training-step throughput of the CIFAR CNN"};
+  int threads = num_threads(), rounds = 3, min_iters = 5;
+  int64_t tiny_batch = 256, standard_batch = 64;
+  std::string python = "/usr/bin/python3", script = KILN_BENCH_CIFAR_PY, models = "tiny,standard";
+  bool no_torch = false;
+  app.add_option("--threads", threads, "threads for both Kiln and PyTorch")->check(CLI::PositiveNumber);
+  app.add_option("--tiny-batch", tiny_batch, "batch of the tiny model (16/32/32)")->check(CLI::PositiveNumber);
+  app.add_option("--standard-batch", standard_batch, "batch of the standard model (64/256/256)")->check(CLI::PositiveNumber);
+  app.add_option("--models", models, "which models: tiny, standard or tiny,standard");
+  app.add_option("--rounds", rounds, "alternating Kiln/PyTorch rounds; each side keeps its best")->check(CLI::PositiveNumber);
+  app.add_option("--min-iters", min_iters, "timed steps per measurement at least")->check(CLI::PositiveNumber);
+  app.add_option("--python", python, "python with torch for the reference side");
+  app.add_option("--torch-script", script, "path to bench_cifar.py");
+  app.add_flag("--no-torch", no_torch, "only run the Kiln side");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    set_num_threads(threads);
+    std::vector<Case> cases;
+    if (models.find("tiny") != std::string::npos) cases.push_back({"tiny", tiny_batch});
+    if (models.find("standard") != std::string::npos) cases.push_back({"standard", standard_batch});
+    KILN_CHECK(!cases.empty(), "--models must name tiny and/or standard, got '", models, "'");
+    std::string torch_version = "(not run)";
+    for (int round = 0; round < rounds; ++round) {
+      // Alternating rounds: a burst of load from elsewhere on a shared machine hits both sides.
+      for (Case& c : cases) c.kiln = std::max(c.kiln, kiln_images_per_s(c.name, c.batch, min_iters));
+      if (no_torch) continue;
+      for (Case& c : cases) {
+        std::string cmd = python + " " + script + " --threads " + std::to_string(threads) + " --model " + c.name +
+                          " --batch " + std::to_string(c.batch) + " --min-iters " + std::to_string(min_iters);
+        std::string out = run_command(cmd);
+        nlohmann::json r;
+        try {
+          r = nlohmann::json::parse(out);
+        } catch (const std::exception&) {
+          std::fprintf(stderr, "bench_cifar: the PyTorch side failed (%s); output: %s\n", cmd.c_str(), out.c_str());
+          return 1;
+        }
+        c.torch = std::max(c.torch, r.at("images_per_s").get<double>());
+        torch_version = r.value("torch", torch_version);
+      }
+    }
+    std::printf("bench_cifar: training step (forward, cross entropy, backward, SGD), f32 CPU, %d thread(s); PyTorch %s\n",
+                threads, torch_version.c_str());
+    std::printf("%-10s %6s %12s %12s %8s\n", "model", "batch", "kiln img/s", "torch img/s", "ratio");
+    for (const Case& c : cases) {
+      if (c.torch > 0)
+        std::printf("%-10s %6lld %12.1f %12.1f %7.2fx\n", c.name.c_str(), (long long)c.batch, c.kiln, c.torch,
+                    c.kiln / c.torch);
+      else
+        std::printf("%-10s %6lld %12.1f %12s %8s\n", c.name.c_str(), (long long)c.batch, c.kiln, "-", "-");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cifar: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,125 @@
+// JSONL metrics and the SVG accuracy plot of train_cifar (see cifar_metrics.h).
+#include "cifar_metrics.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include <kiln/core/error.h>
+
+namespace kiln::apps {
+
+std::string to_json_line(const EpochMetrics& m) {
+  nlohmann::json j = {{"epoch", m.epoch},
+                      {"step", m.step},
+                      {"train_loss", m.train_loss},
+                      {"test_accuracy", m.test_accuracy},
+                      {"test_correct", m.test_correct},
+                      {"test_total", m.test_total},
+                      {"images_per_s", m.images_per_s},
+                      {"elapsed_s", m.elapsed_s},
+                      {"lr", m.lr}};
+  return j.dump();
+}
+
+EpochMetrics from_json_line(const std::string& line) {
+  nlohmann::json j = nlohmann::json::parse(line);
+  EpochMetrics m;
+  m.epoch = j.at("epoch").get<int64_t>();
+  m.step = j.at("step").get<int64_t>();
+  m.train_loss = j.at("train_loss").get<double>();
+  m.test_accuracy = j.at("test_accuracy").get<double>();
+  m.test_correct = j.at("test_correct").get<int64_t>();
+  m.test_total = j.at("test_total").get<int64_t>();
+  m.images_per_s = j.at("images_per_s").get<double>();
+  m.elapsed_s = j.at("elapsed_s").get<double>();
+  m.lr = j.at("lr").get<double>();
+  return m;
+}
+
+std::vector<EpochMetrics> read_metrics(const std::string& path) {
+  std::vector<EpochMetrics> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    try {
+      out.push_back(from_json_line(line));
+    } catch (const std::exception& e) {
+      KILN_CHECK(false, "metrics file ", path, " line ", n, " is not a metrics record: ", e.what());
+    }
+  }
+  return out;
+}
+
+MetricsLog::MetricsLog(std::string path, int64_t keep_epochs) : path_(std::move(path)) {
+  if (path_.empty()) return;
+  if (keep_epochs >= 0) {
+    for (const EpochMetrics& m : read_metrics(path_))
+      if (m.epoch <= keep_epochs) history_.push_back(m);
+  }
+  out_.open(path_, std::ios::trunc);
+  KILN_CHECK(out_.good(), "cannot write the metrics file ", path_);
+  for (const EpochMetrics& m : history_) out_ << to_json_line(m) << '\n';
+  out_.flush();
+}
+
+void MetricsLog::append(const EpochMetrics& m) {
+  history_.push_back(m);
+  if (path_.empty()) return;
+  out_ << to_json_line(m) << '\n';
+  out_.flush();
+  KILN_CHECK(out_.good(), "writing the metrics file ", path_, " failed");
+}
+
+void write_accuracy_svg(const std::string& path, const std::vector<EpochMetrics>& history, const std::string& title) {
+  constexpr double kW = 480, kH = 300, kLeft = 50, kRight = 20, kTop = 30, kBottom = 40;
+  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  int64_t last_epoch = 1;
+  for (const EpochMetrics& m : history) last_epoch = std::max(last_epoch, m.epoch);
+  auto x_of = [&](double epoch) { return kLeft + pw * epoch / double(last_epoch); };
+  auto y_of = [&](double acc) { return kTop + ph * (1.0 - acc); };
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    << "<text x=\"" << kW / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"13\">" << title << "</text>\n";
+  for (int pct = 0; pct <= 100; pct += 20) {  // horizontal grid lines and y labels
+    double y = y_of(pct / 100.0);
+    s << "<line x1=\"" << kLeft << "\" y1=\"" << y << "\" x2=\"" << kLeft + pw << "\" y2=\"" << y
+      << "\" stroke=\"#ddd\"/>\n<text x=\"" << kLeft - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << pct
+      << "%</text>\n";
+  }
+  const int64_t tick = std::max<int64_t>(1, (last_epoch + 9) / 10);
+  for (int64_t e = 0; e <= last_epoch; e += tick)
+    s << "<text x=\"" << x_of(double(e)) << "\" y=\"" << kTop + ph + 16 << "\" text-anchor=\"middle\">" << e
+      << "</text>\n";
+  s << "<line x1=\"" << kLeft << "\" y1=\"" << kTop + ph << "\" x2=\"" << kLeft + pw << "\" y2=\"" << kTop + ph
+    << "\" stroke=\"black\"/>\n<line x1=\"" << kLeft << "\" y1=\"" << kTop << "\" x2=\"" << kLeft << "\" y2=\""
+    << kTop + ph << "\" stroke=\"black\"/>\n"
+    << "<text x=\"" << kLeft + pw / 2 << "\" y=\"" << kH - 6 << "\" text-anchor=\"middle\">epoch</text>\n";
+  if (!history.empty()) {
+    s << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
+    for (const EpochMetrics& m : history) s << x_of(double(m.epoch)) << ',' << y_of(m.test_accuracy) << ' ';
+    s << "\"/>\n";
+    for (const EpochMetrics& m : history)
+      s << "<circle cx=\"" << x_of(double(m.epoch)) << "\" cy=\"" << y_of(m.test_accuracy)
+        << "\" r=\"2.5\" fill=\"#1f77b4\"/>\n";
+    const EpochMetrics& last = history.back();
+    char label[64];
+    std::snprintf(label, sizeof label, "%.2f%%", 100.0 * last.test_accuracy);
+    s << "<text x=\"" << x_of(double(last.epoch)) - 4 << "\" y=\"" << y_of(last.test_accuracy) + 16
+      << "\" text-anchor=\"end\" fill=\"#1f77b4\">test accuracy " << label << "</text>\n";
+  }
+  s << "</svg>\n";
+  std::ofstream out(path, std::ios::trunc);
+  KILN_CHECK(out.good(), "cannot write the SVG file ", path);
+  out << s.str();
+  KILN_CHECK(out.good(), "writing the SVG file ", path, " failed");
+}
+
+}  // namespace kiln::apps

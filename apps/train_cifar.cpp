@@ -1,0 +1,320 @@
+// train_cifar: trains models::CifarCnn on CIFAR-10 (the official binary batches, or the synthetic
+// CIFAR-shaped set) with dist::Trainer, on one process or many (kiln-run / torchrun: DDP over Gloo
+// or NCCL), evaluating test accuracy every epoch. Flags: train_cifar --help; README "Training on CIFAR-10".
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <kiln/kiln.h>
+
+#include "cifar/cifar_eval.h"
+#include "cifar/cifar_metrics.h"
+
+using namespace kiln;
+
+namespace {
+
+struct Args {
+  std::string data_dir;
+  bool synthetic = false;
+  int64_t train_size = 0;  // 0: all (synthetic: 50000)
+  int64_t test_size = 0;   // 0: all (synthetic: 10000)
+  std::string model = "standard";
+  int64_t epochs = 10;
+  int64_t batch_size = 512;
+  int grad_accum = 1;
+  std::string optimizer = "sgd";
+  double lr = 0.2;
+  double weight_decay = 5e-4;
+  double momentum = 0.9;
+  double label_smoothing = 0.2;
+  std::string schedule = "linear";
+  double warmup_epochs = 0.5;
+  std::string dtype = "fp32";
+  std::string device = "cpu";
+  std::string backend = "auto";
+  int64_t workers = 2;
+  uint64_t seed = 0;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 1;
+  bool resume = false;
+  int64_t stop_after_epoch = 0;
+  std::string metrics;
+  std::string acc_svg;
+  int threads = 0;
+  int log_every = 10;
+  int64_t eval_batch_size = 500;
+};
+
+void add_flags(CLI::App& app, Args& a) {
+  app.add_option("--data", a.data_dir, "folder with the official binary batches (cifar-10-batches-bin); "
+                                       "without it the synthetic CIFAR-shaped set is used");
+  app.add_flag("--synthetic", a.synthetic, "use the synthetic set even when --data is given");
+  app.add_option("--train-size", a.train_size, "training images: the first N of the split (synthetic: N generated); 0 = all/50000")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--test-size", a.test_size, "test images, likewise; 0 = all/10000")->check(CLI::NonNegativeNumber);
+  app.add_option("--model", a.model, "standard (64/256/256 channels) or tiny (16/32/32)")
+      ->check(CLI::IsMember({"standard", "tiny"}));
+  app.add_option("--epochs", a.epochs, "training epochs")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", a.batch_size, "global batch (all ranks); each rank takes batch-size / world-size")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--grad-accum", a.grad_accum, "micro-steps per optimizer step on each rank; micro-step m takes "
+                                               "every grad-accum-th image of the rank's batch from m, as ranks do")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", a.optimizer, "sgd (Nesterov, --momentum) or adamw")->check(CLI::IsMember({"sgd", "adamw"}));
+  app.add_option("--lr", a.lr, "peak learning rate (default 0.2 for sgd, 2e-3 for adamw)")->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", a.weight_decay, "weight decay: L2 for sgd (default 5e-4), decoupled for adamw (default 0.05)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--momentum", a.momentum, "sgd Nesterov momentum")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--label-smoothing", a.label_smoothing, "cross-entropy label smoothing (airbench: 0.2)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--schedule", a.schedule, "after warmup the lr decays to 0 at the last step: linear or cosine")
+      ->check(CLI::IsMember({"linear", "cosine"}));
+  app.add_option("--warmup-epochs", a.warmup_epochs, "linear warmup from lr/warmup_steps to lr, in epochs (fractions ok)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dtype", a.dtype, "fp32, or bf16 autocast (BatchNorm stays f32)")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--device", a.device, "cpu, or cuda (device LOCAL_RANK)")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--backend", a.backend, "process group backend under a launcher: auto, gloo or nccl")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app.add_option("--workers", a.workers, "DataLoader worker threads (0: batches built on the training thread)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", a.seed, "seeds the weights, the shuffling and the augmentation");
+  app.add_option("--checkpoint-dir", a.checkpoint_dir, "where step_<N>.safetensors checkpoints go");
+  app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every N epochs (with --checkpoint-dir)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (fresh start when there is none)");
+  app.add_option("--stop-after-epoch", a.stop_after_epoch, "end the run after this epoch as if interrupted (the LR "
+                                                           "schedule still spans --epochs); 0 = run to the end")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--metrics", a.metrics, "JSONL file, one line per epoch: epoch, step, train_loss, test_accuracy, "
+                                         "images_per_s, elapsed_s, lr (rank 0 writes it)");
+  app.add_option("--acc-svg", a.acc_svg, "SVG plot of test accuracy per epoch, written at the end (rank 0)");
+  app.add_option("--threads", a.threads, "CPU threads for the ops (default: OMP_NUM_THREADS or all cores)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--log-every", a.log_every, "steps between progress updates (loss averaged across ranks)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--eval-batch-size", a.eval_batch_size, "test images per forward in evaluation")
+      ->check(CLI::PositiveNumber);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Train and test splits: the official files or the synthetic set (whose notice rank 0 prints).
+std::pair<data::Cifar10Dataset, data::Cifar10Dataset> load_data(const Args& a, bool main_rank) {
+  data::Cifar10Dataset train, test;
+  if (a.data_dir.empty() || a.synthetic) {
+    if (main_rank) std::printf("%s\n", data::kSyntheticCifarNotice);
+    train = data::make_synthetic_cifar10(data::SyntheticCifarOptions(a.train_size ? a.train_size : 50000).seed(1));
+    test = data::make_synthetic_cifar10(data::SyntheticCifarOptions(a.test_size ? a.test_size : 10000).seed(2));
+    return {train, test};
+  }
+  train = data::load_cifar10(a.data_dir, data::Cifar10Split::train);
+  test = data::load_cifar10(a.data_dir, data::Cifar10Split::test);
+  KILN_CHECK(a.train_size <= train.size(), "--train-size ", a.train_size, " exceeds the ", train.size(), " training images");
+  KILN_CHECK(a.test_size <= test.size(), "--test-size ", a.test_size, " exceeds the ", test.size(), " test images");
+  if (a.train_size) train = data::slice(train, 0, a.train_size);
+  if (a.test_size) test = data::slice(test, 0, a.test_size);
+  return {train, test};
+}
+
+// Warmup then decay to 0 at `total` steps, as a factor of the peak lr.
+optim::LRLambda make_schedule(const std::string& kind, int64_t warmup, int64_t total) {
+  if (kind == "cosine") return optim::warmup_cosine_schedule(optim::WarmupCosineOptions(std::max<int64_t>(warmup, 0), total));
+  return [warmup, total](int64_t s) {
+    if (s < warmup) return double(s + 1) / double(warmup);
+    return std::max(0.0, double(total - s) / double(total - warmup));
+  };
+}
+
+// The sampler's indices reordered inside each per-rank batch so that micro-step m of
+// `accum` gets positions m, m + accum, ... of the batch, contiguously.
+std::vector<int64_t> interleave_micro_batches(const std::vector<int64_t>& indices, int64_t batch, int64_t accum) {
+  if (accum == 1) return indices;
+  std::vector<int64_t> out(indices.size());
+  const int64_t micro = batch / accum;
+  for (int64_t start = 0; start + batch <= int64_t(indices.size()); start += batch)
+    for (int64_t i = 0; i < batch; ++i) out[start + (i % accum) * micro + i / accum] = indices[start + i];
+  for (int64_t i = int64_t(indices.size()) / batch * batch; i < int64_t(indices.size()); ++i) out[i] = indices[i];
+  return out;
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  const long t = long(std::max(0.0, s));
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  return buf;
+}
+
+int run(const Args& a) {
+  if (a.threads > 0) set_num_threads(a.threads);
+  const bool launched = std::getenv("WORLD_SIZE") != nullptr;
+  std::shared_ptr<dist::ProcessGroup> group;
+  int local_rank = 0;
+  if (launched) {
+    local_rank = dist::read_env().local_rank;
+    group = dist::init_process_group(dist::InitOptions().backend(a.backend));
+  }
+  const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
+  const bool main_rank = rank == 0;
+  KILN_CHECK(a.batch_size % world == 0, "--batch-size ", a.batch_size, " is not divisible by the world size ", world);
+  const int64_t per_rank = a.batch_size / world;
+  KILN_CHECK(per_rank % a.grad_accum == 0, "the per-rank batch ", per_rank, " is not divisible by --grad-accum ",
+             a.grad_accum);
+  const int64_t micro = per_rank / a.grad_accum;
+  const DType amp = a.dtype == "bf16" ? DType::bf16 : DType::f32;
+  const Device device = a.device == "cuda" ? Device::cuda(local_rank) : Device::cpu();
+
+  auto [train_set, test_set] = load_data(a, main_rank);
+  auto train = std::make_shared<const data::Cifar10Dataset>(train_set);
+  data::DistributedSampler sampler(train->size(), world, rank, /*shuffle=*/true, a.seed);
+  const int64_t steps_per_epoch = sampler.num_samples() / per_rank;
+  KILN_CHECK(steps_per_epoch > 0, "each rank has ", sampler.num_samples(), " training images, fewer than its batch ",
+             per_rank, ": lower --batch-size or raise --train-size");
+  const int64_t total_steps = steps_per_epoch * a.epochs;
+  const int64_t warmup = std::min<int64_t>(int64_t(std::llround(a.warmup_epochs * double(steps_per_epoch))), total_steps - 1);
+
+  Generator gen(a.seed);
+  auto config = a.model == "tiny" ? models::CifarCnnConfig::tiny() : models::CifarCnnConfig::standard();
+  auto model = std::make_shared<models::CifarCnn>(config, gen);
+  model->to(device);
+  std::shared_ptr<optim::Optimizer> optimizer;
+  if (a.optimizer == "sgd")
+    optimizer = std::make_shared<optim::SGD>(
+        model->parameters(),
+        optim::SGDOptions(a.lr).momentum(a.momentum).nesterov(a.momentum > 0).weight_decay(a.weight_decay));
+  else
+    optimizer = std::make_shared<optim::AdamW>(model->parameters(), optim::AdamWOptions(a.lr).weight_decay(a.weight_decay));
+  dist::Trainer trainer(model, optimizer, group,
+                        dist::TrainerOptions().amp(amp).log_every(a.log_every).grad_accum_steps(a.grad_accum),
+                        make_schedule(a.schedule, warmup, total_steps));
+
+  int64_t start_epoch = 0;
+  double elapsed_before = 0;
+  if (a.resume) {
+    KILN_CHECK(!a.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+    const std::string path = dist::Trainer::latest_checkpoint(a.checkpoint_dir);
+    if (auto cursor = trainer.load_checkpoint(path)) {
+      long long epoch = 0;
+      KILN_CHECK(std::sscanf(cursor->c_str(), "epoch=%lld elapsed=%lf", &epoch, &elapsed_before) == 2,
+                 "checkpoint ", path, " has no train_cifar cursor (found '", *cursor, "')");
+      start_epoch = epoch;
+      if (main_rank) std::printf("resumed from %s: epoch %lld, step %lld\n", path.c_str(), epoch, (long long)trainer.global_step());
+    } else if (main_rank) {
+      std::printf("no checkpoint in %s: starting from scratch\n", a.checkpoint_dir.c_str());
+    }
+  }
+  apps::MetricsLog metrics(main_rank ? a.metrics : std::string(), a.resume ? start_epoch : -1);
+  if (main_rank)
+    std::printf("train_cifar: %s model, %lld train / %lld test images, %d rank(s) x batch %lld (micro %lld), %lld steps/epoch, "
+                "%s lr %g, %s, %d thread(s)\n",
+                a.model.c_str(), (long long)train->size(), (long long)test_set.size(), world, (long long)per_rank,
+                (long long)micro, (long long)steps_per_epoch, a.optimizer.c_str(), a.lr, a.dtype.c_str(), num_threads());
+
+  const bool live = main_rank && isatty(fileno(stderr));
+  const auto run_start = std::chrono::steady_clock::now();
+  const int64_t steps_at_start = trainer.global_step();
+  const int64_t last_epoch = a.stop_after_epoch > 0 ? std::min(a.stop_after_epoch, a.epochs) : a.epochs;
+  const auto ce = CrossEntropyOptions().label_smoothing(a.label_smoothing);
+  for (int64_t epoch = start_epoch; epoch < last_epoch; ++epoch) {
+    sampler.set_epoch(epoch);
+    // Augmentation is keyed by the dataset index only (rank 0's key on every rank), so an image is
+    // augmented the same way whatever the world size.
+    data::DataLoader loader(interleave_micro_batches(sampler.indices(), per_rank, a.grad_accum),
+                            data::cifar10_batches(train, data::AugmentOptions().seed(a.seed), epoch, /*rank=*/0),
+                            data::DataLoaderOptions(per_rank).num_workers(a.workers).drop_last(true));
+    const auto epoch_start = std::chrono::steady_clock::now();
+    Tensor loss_sum = zeros({}, TensorOptions().dtype(DType::f64).device(device));
+    double last_loss = NAN;
+    while (auto batch = loader.next()) {
+      Tensor x = batch->inputs.to(device), y = batch->targets.to(device);
+      dist::StepStats stats = trainer.step(
+          [&](int m) { return cross_entropy(model->forward(x.slice(0, m * micro, (m + 1) * micro)),
+                                            y.slice(0, m * micro, (m + 1) * micro), ce); },
+          dist::StepOptions().items(per_rank));
+      {
+        NoGradGuard no_grad;
+        loss_sum = ops::add(loss_sum, stats.local_loss.to(DType::f64));
+      }
+      if (stats.logged) last_loss = stats.loss;
+      if (live && stats.logged) {
+        const int64_t done = trainer.global_step() - steps_at_start;
+        const double t = seconds_since(run_start), rate = double(done * a.batch_size) / t;
+        const double eta = t / double(done) * double(last_epoch * steps_per_epoch - trainer.global_step());
+        std::fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %s   ", (long long)epoch + 1,
+                     (long long)a.epochs, (long long)(batch->index + 1), (long long)steps_per_epoch, last_loss, rate,
+                     format_duration(eta).c_str());
+        std::fflush(stderr);
+      }
+    }
+    const double train_seconds = seconds_since(epoch_start);
+    Tensor mean_loss = ops::div(loss_sum, double(steps_per_epoch)).to(Device::cpu());
+    if (group && world > 1) group->allreduce(mean_loss, dist::AllreduceOptions().op(dist::ReduceOp::avg))->wait();
+    if (trainer.ddp()) trainer.ddp()->prepare_forward();  // rank 0's BatchNorm buffers everywhere
+    apps::EvalCounts counts = apps::evaluate(*model, test_set, group.get(), a.eval_batch_size, amp, device);
+
+    apps::EpochMetrics m;
+    m.epoch = epoch + 1;
+    m.step = trainer.global_step();
+    m.train_loss = mean_loss.item();
+    m.test_accuracy = counts.accuracy();
+    m.test_correct = counts.correct;
+    m.test_total = counts.total;
+    m.images_per_s = double(steps_per_epoch * a.batch_size) / train_seconds;
+    m.elapsed_s = elapsed_before + seconds_since(run_start);
+    m.lr = trainer.lr();
+    if (main_rank) {
+      if (live) std::fprintf(stderr, "\r%*s\r", 100, "");
+      std::printf("epoch %lld/%lld  step %lld  train loss %.4f  test acc %.2f%%  %.0f img/s  elapsed %s\n",
+                  (long long)m.epoch, (long long)a.epochs, (long long)m.step, m.train_loss, 100.0 * m.test_accuracy,
+                  m.images_per_s, format_duration(m.elapsed_s).c_str());
+      std::fflush(stdout);
+      metrics.append(m);
+    }
+    if (!a.checkpoint_dir.empty() && (m.epoch % a.checkpoint_every == 0 || m.epoch == last_epoch)) {
+      char cursor[96];
+      std::snprintf(cursor, sizeof cursor, "epoch=%lld elapsed=%.17g", (long long)m.epoch, m.elapsed_s);
+      trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, trainer.global_step()), cursor);
+    }
+  }
+  if (main_rank && !a.acc_svg.empty())
+    apps::write_accuracy_svg(a.acc_svg, metrics.history(),
+                             "train_cifar: " + a.model + " model" + (a.data_dir.empty() || a.synthetic ? " (synthetic data)" : ""));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"train_cifar: train the CIFAR-10 CNN (one process, or DDP under kiln-run / torchrun)"};
+  Args a;
+  add_flags(app, a);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "train_cifar: error: %s (see --help)\n", e.what());
+    return 2;
+  }
+  if (a.optimizer == "adamw") {  // per-optimizer defaults for flags left unset
+    if (app.count("--lr") == 0) a.lr = 2e-3;
+    if (app.count("--weight-decay") == 0) a.weight_decay = 0.05;
+  }
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "train_cifar: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,91 @@
+#!/bin/sh
+# End-to-end checks of train_cifar, reading its JSONL metrics with awk (no other dependency).
+# Usage: train_cifar_test.sh accuracy|ddp|resume|errors path/to/train_cifar path/to/kiln-run
+# Each mode is one CTest (tests/apps/train_cifar_tests.cmake says what each compares and why).
+MODE="$1"
+TC="$2"
+KR="$3"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# field FILE EPOCH KEY: the KEY value of the line with "epoch":EPOCH ("" when absent).
+field() {
+  awk -v e="\"epoch\":$2," -v k="\"$3\":" 'index($0, e) {
+    s = substr($0, index($0, k) + length(k)); sub(/[,}].*/, "", s); print s }' "$1"
+}
+# close A B RTOL: |A - B| <= RTOL * max(|A|, |B|).
+close() { awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN { d = a - b; if (d < 0) d = -d;
+  m = (a < 0 ? -a : a); n = (b < 0 ? -b : b); if (n > m) m = n; exit !(a != "" && b != "" && d <= r * m) }'; }
+at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
+run() {  # run LOG ARGS...: fails the test with the log when the command exits non-zero
+  log=$1; shift
+  "$@" > "$log" 2>&1 || fail "exit $? from: $* -- $(tail -n 5 "$log")"
+}
+COMMON="--synthetic --model tiny --workers 1 --log-every 1000"
+
+case "$MODE" in
+accuracy)
+  # Tiny model, 4000 synthetic images, 3 epochs of batch 64 (SGD Nesterov, lr 0.2, label smoothing 0.2).
+  run "$T/log" "$TC" $COMMON --train-size 4000 --test-size 1000 --epochs 3 --batch-size 64 --threads 2 \
+    --metrics "$T/m.jsonl" --acc-svg "$T/acc.svg"
+  cat "$T/log"
+  acc=$(field "$T/m.jsonl" 3 test_accuracy)
+  at_least "$acc" 0.90 || fail "test accuracy after 3 epochs is '$acc', expected >= 0.90"
+  [ "$(field "$T/m.jsonl" 3 test_total)" = 1000 ] || fail "epoch 3 did not evaluate 1000 test images"
+  grep -q "NOTICE: training on SYNTHETIC" "$T/log" || fail "the synthetic-data notice was not printed"
+  grep -q "<polyline" "$T/acc.svg" || fail "the accuracy SVG has no curve"
+  ;;
+ddp)
+  # Same global batch 64 both ways: 2 Gloo ranks x 32, and 1 rank x 64 as 2 micro-batches of 32
+  # (--grad-accum 2 takes the rank's images at even and odd positions, exactly the images the two
+  # ranks get). BatchNorm normalizes each 32-image micro-batch alone in both runs, so the
+  # per-step losses and gradients agree up to f32 summation order: the per-epoch train losses must
+  # match to 1e-4 relative. Final test accuracy is compared within 3% (relative) only: the 1-rank run updates
+  # the BatchNorm running statistics from both micro-batches, DDP keeps rank 0's.
+  A="--train-size 2048 --test-size 500 --epochs 3 --batch-size 64 --threads 1"
+  run "$T/one.log" "$TC" $COMMON $A --grad-accum 2 --metrics "$T/one.jsonl"
+  run "$T/two.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --backend gloo --metrics "$T/two.jsonl"
+  cat "$T/one.log" "$T/two.log"
+  for e in 1 2 3; do
+    a=$(field "$T/one.jsonl" $e train_loss); b=$(field "$T/two.jsonl" $e train_loss)
+    close "$a" "$b" 1e-4 || fail "epoch $e train loss: 1 rank x 2 micro-batches $a, 2 ranks $b"
+    [ "$(field "$T/one.jsonl" $e step)" = "$(field "$T/two.jsonl" $e step)" ] || fail "epoch $e step counts differ"
+  done
+  a=$(field "$T/one.jsonl" 3 test_accuracy); b=$(field "$T/two.jsonl" 3 test_accuracy)
+  close "$a" "$b" 0.03 || fail "final test accuracy: 1 rank $a, 2 ranks $b (more than 3% apart)"
+  [ "$(field "$T/two.jsonl" 3 test_total)" = 500 ] || fail "the 2-rank evaluation did not count 500 test images"
+  ;;
+resume)
+  # 3 epochs straight, versus 2 epochs (--stop-after-epoch 2, checkpoint) and a --resume for the
+  # third. Kiln is deterministic (any thread count) and the checkpoint holds the weights, BatchNorm
+  # buffers, momentum, LR-schedule step and generator state, while the data order and
+  # augmentation are functions of (seed, epoch): epoch 3 must equal bit for bit.
+  A="--train-size 1024 --test-size 500 --epochs 3 --batch-size 64 --threads 2"
+  run "$T/full.log" "$TC" $COMMON $A --metrics "$T/full.jsonl"
+  run "$T/part.log" "$TC" $COMMON $A --checkpoint-dir "$T/ckpt" --stop-after-epoch 2 --metrics "$T/resumed.jsonl"
+  [ "$(wc -l < "$T/resumed.jsonl")" = 2 ] || fail "the run stopped after epoch 2 did not write exactly 2 epochs"
+  run "$T/resume.log" "$TC" $COMMON $A --checkpoint-dir "$T/ckpt" --resume --metrics "$T/resumed.jsonl"
+  cat "$T/full.log" "$T/part.log" "$T/resume.log"
+  grep -q "resumed from .*step_32.safetensors: epoch 2" "$T/resume.log" || fail "the run did not resume from epoch 2"
+  for k in step train_loss test_correct lr; do
+    a=$(field "$T/full.jsonl" 3 $k); b=$(field "$T/resumed.jsonl" 3 $k)
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "epoch 3 $k: uninterrupted '$a', resumed '$b'"
+  done
+  [ "$(wc -l < "$T/resumed.jsonl")" = 3 ] || fail "the resumed metrics file does not hold epochs 1-3 once each"
+  ;;
+errors)
+  # Bad input: one clear stderr line and a non-zero exit.
+  for args in "--grad-accum 3 --batch-size 64" "--data $T/missing --batch-size 64" "--model huge"; do
+    "$TC" $args > "$T/out" 2> "$T/err" && fail "train_cifar $args exited 0"
+    [ "$(wc -l < "$T/err")" = 1 ] || fail "train_cifar $args: expected one stderr line, got: $(cat "$T/err")"
+  done
+  "$KR" --nproc-per-node 2 --standalone "$TC" --batch-size 63 > "$T/out" 2>&1 && fail "batch 63 on 2 ranks exited 0"
+  grep -q "not divisible by the world size 2" "$T/out" || fail "no divisibility error: $(cat "$T/out")"
+  "$TC" --help | grep -q -- "--label-smoothing" || fail "--help does not document --label-smoothing"
+  ;;
+*)
+  echo "unknown mode $MODE"; exit 2 ;;
+esac
+[ "$fails" = 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "train_cifar $MODE: all checks passed"
