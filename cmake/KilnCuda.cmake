@@ -1,7 +1,6 @@
 # CUDA is optional: KILN_CUDA=AUTO turns it on when nvcc is found.
 # Sets KILN_WITH_CUDA and, when on, the imported targets kiln::cudnn and kiln::nccl
-# (cuDNN and NCCL ship no CMake config; they are found through CUDNN_ROOT / NCCL_ROOT
-# hints as well as the toolkit directories).
+# (KilnCudaLibs.cmake, which the installed package uses too).
 set(KILN_WITH_CUDA OFF)
 if(NOT KILN_CUDA STREQUAL "OFF")
   include(CheckLanguage)
@@ -29,26 +28,5 @@ if(KILN_WITH_CUDA)
   set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
   find_package(CUDAToolkit REQUIRED)
 
-  get_filename_component(_kiln_cuda_root "${CUDAToolkit_LIBRARY_DIR}" DIRECTORY)
-  set(_kiln_hint_dirs ${CUDAToolkit_LIBRARY_ROOT} ${_kiln_cuda_root} /usr /usr/local)
-
-  # NAME: a library name (cudnn); VERSIONED: the soname wheels ship without a dev symlink.
-  function(kiln_find_cuda_lib target name versioned header root_var)
-    set(_roots $ENV{${root_var}} ${${root_var}} ${_kiln_hint_dirs})
-    find_path(${root_var}_INCLUDE_DIR ${header} HINTS ${_roots}
-              PATH_SUFFIXES include targets/x86_64-linux/include)
-    find_library(${root_var}_LIBRARY NAMES ${name} ${versioned} HINTS ${_roots}
-                 PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu targets/x86_64-linux/lib)
-    if(NOT ${root_var}_INCLUDE_DIR OR NOT ${root_var}_LIBRARY)
-      message(FATAL_ERROR "Kiln: ${name} not found (header ${header}: '${${root_var}_INCLUDE_DIR}', "
-                          "library: '${${root_var}_LIBRARY}'); set ${root_var} or use -DKILN_CUDA=OFF")
-    endif()
-    add_library(${target} UNKNOWN IMPORTED GLOBAL)
-    set_target_properties(${target} PROPERTIES IMPORTED_LOCATION "${${root_var}_LIBRARY}"
-                          INTERFACE_INCLUDE_DIRECTORIES "${${root_var}_INCLUDE_DIR}")
-    message(STATUS "Kiln: ${name}: ${${root_var}_LIBRARY}")
-  endfunction()
-
-  kiln_find_cuda_lib(kiln::cudnn cudnn libcudnn.so.9 cudnn.h CUDNN_ROOT)
-  kiln_find_cuda_lib(kiln::nccl nccl libnccl.so.2 nccl.h NCCL_ROOT)
+  include(${CMAKE_CURRENT_LIST_DIR}/KilnCudaLibs.cmake)
 endif()

@@ -1,4 +1,5 @@
-// Builds the text of a failed KILN_CHECK / KILN_ASSERT and throws kiln::Error.
+// Builds the text of a failed KILN_CHECK / KILN_ASSERT and throws kiln::Error (or, for
+// KILN_CHECK_AS, the subclass asked for).
 #include <kiln/core/error.h>
 
 #include <cstring>
@@ -10,8 +11,12 @@ static const char* basename_of(const char* path) {
   return slash ? slash + 1 : path;
 }
 
+std::string check_message(const char* file, int line, const std::string& msg) {
+  return str_cat(msg, " [", basename_of(file), ":", line, "]");
+}
+
 void throw_check_failure(const char* file, int line, const char* cond, const std::string& msg) {
-  throw Error(str_cat(msg, " [", basename_of(file), ":", line, "]"));
+  throw Error(check_message(file, line, msg));
 }
 
 void throw_assert_failure(const char* file, int line, const char* cond, const std::string& msg) {

@@ -1,5 +1,6 @@
 // Errors: KILN_CHECK for user errors (throws kiln::Error carrying the offending values),
-// KILN_ASSERT for internal invariants. Messages are only built when the check fails.
+// KILN_CHECK_INDEX/_VALUE/_IO/_DIST for the subclasses, KILN_ASSERT for internal invariants.
+// Messages are only built when the check fails.
 #pragma once
 
 #include <sstream>
@@ -8,9 +9,33 @@
 
 namespace kiln {
 
+// Every error Kiln throws for a user mistake or a failed environment is a kiln::Error; the
+// subclasses let an embedder tell the common kinds apart (catch kiln::Error to catch them all).
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+// An argument with a bad value (wrong shape, dtype, option) where no more specific kind applies.
+class ValueError : public Error {
+ public:
+  using Error::Error;
+};
+// An index or dimension out of range (slice bounds, dims, embedding ids, gather indices).
+class IndexError : public Error {
+ public:
+  using Error::Error;
+};
+// A file that cannot be read or written, or whose contents are not in the expected format
+// (safetensors, training checkpoints, token shards).
+class IOError : public Error {
+ public:
+  using Error::Error;
+};
+// A failure of the job rather than of one process: rendezvous/store timeouts, process-group and
+// collective errors, DDP misuse across ranks, the launcher's workers.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
 };
 
 namespace detail {
@@ -23,6 +48,12 @@ std::string str_cat(const Args&... args) {
 }
 
 [[noreturn]] void throw_check_failure(const char* file, int line, const char* cond, const std::string& msg);
+// "message [file.cpp:42]": the text every failed check carries.
+std::string check_message(const char* file, int line, const std::string& msg);
+template <class E>
+[[noreturn]] void throw_check_failure_as(const char* file, int line, const std::string& msg) {
+  throw E(check_message(file, line, msg));
+}
 [[noreturn]] void throw_assert_failure(const char* file, int line, const char* cond, const std::string& msg);
 
 }  // namespace detail
@@ -35,6 +66,18 @@ std::string str_cat(const Args&... args) {
       ::kiln::detail::throw_check_failure(__FILE__, __LINE__, #cond,                        \
                                           ::kiln::detail::str_cat(__VA_ARGS__));            \
   } while (0)
+
+// KILN_CHECK_AS(ErrorType, cond, "message", values...): the same, throwing ErrorType (a kiln::Error).
+#define KILN_CHECK_AS(ErrorType, cond, ...)                                                 \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]]                                                               \
+      ::kiln::detail::throw_check_failure_as<ErrorType>(__FILE__, __LINE__,                 \
+                                                        ::kiln::detail::str_cat(__VA_ARGS__)); \
+  } while (0)
+#define KILN_CHECK_VALUE(cond, ...) KILN_CHECK_AS(::kiln::ValueError, cond, __VA_ARGS__)
+#define KILN_CHECK_INDEX(cond, ...) KILN_CHECK_AS(::kiln::IndexError, cond, __VA_ARGS__)
+#define KILN_CHECK_IO(cond, ...) KILN_CHECK_AS(::kiln::IOError, cond, __VA_ARGS__)
+#define KILN_CHECK_DIST(cond, ...) KILN_CHECK_AS(::kiln::DistributedError, cond, __VA_ARGS__)
 
 // KILN_ASSERT(cond, ...): "this is a bug in Kiln". Always evaluated (never compiled out).
 #define KILN_ASSERT(cond, ...)                                                              \

@@ -31,8 +31,8 @@ Strides contiguous_strides(const Shape& shape) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   int64_t lo = ndim > 0 ? -ndim : -1, hi = ndim > 0 ? ndim - 1 : 0;
-  KILN_CHECK(dim >= lo && dim <= hi, op, (*op ? ": " : ""), "dim ", dim, " is out of range for a tensor of ",
-             ndim, " dims (expected a dim in [", lo, ", ", hi, "])");
+  KILN_CHECK_INDEX(dim >= lo && dim <= hi, op, (*op ? ": " : ""), "dim ", dim, " is out of range for a tensor of ",
+                   ndim, " dims (expected a dim in [", lo, ", ", hi, "])");
   return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
 }
 

@@ -198,16 +198,16 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   int64_t n = shape()[d];
   if (start < 0) start += n;
-  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ", start + length,
-             ") is out of bounds for dim ", d, " of size ", n, " (shape ", shape(), ")");
+  KILN_CHECK_INDEX(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ", start + length,
+                   ") is out of bounds for dim ", d, " of size ", n, " (shape ", shape(), ")");
   return slice(d, start, start + length);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
   d = wrap_dim(d, dim(), "select");
   int64_t n = shape()[d];
-  KILN_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n,
-             " (shape ", shape(), ")");
+  KILN_CHECK_INDEX(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n,
+                   " (shape ", shape(), ")");
   if (index < 0) index += n;
   Shape s = shape();
   Strides st = strides();

@@ -20,7 +20,7 @@ std::vector<std::string> glob_sorted(const std::string& pattern) {
   if (rc == 0)
     for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
-  KILN_CHECK(rc == 0 || rc == GLOB_NOMATCH, "TokenLoader: glob(\"", pattern, "\") failed (code ", rc, ")");
+  KILN_CHECK_IO(rc == 0 || rc == GLOB_NOMATCH, "TokenLoader: glob(\"", pattern, "\") failed (code ", rc, ")");
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -37,12 +37,12 @@ TokenLoader::TokenLoader(TokenLoaderOptions options) : options_(std::move(option
              "TokenLoader: vocab_size must be in [0, 65536] (uint16 tokens; 0 = unchecked), got ",
              options_.vocab_size());
   paths_ = glob_sorted(options_.pattern());
-  KILN_CHECK(!paths_.empty(), "TokenLoader: no file matches the pattern \"", options_.pattern(), "\"");
+  KILN_CHECK_IO(!paths_.empty(), "TokenLoader: no file matches the pattern \"", options_.pattern(), "\"");
   window_start_.push_back(0);
   for (const std::string& p : paths_) {
     TokenShard shard(p);
-    KILN_CHECK(shard.size() >= T + 1, "TokenLoader: token shard ", p, " has ", shard.size(),
-               " tokens, too few for one window of seq_len + 1 = ", T + 1, " tokens");
+    KILN_CHECK_IO(shard.size() >= T + 1, "TokenLoader: token shard ", p, " has ", shard.size(),
+                  " tokens, too few for one window of seq_len + 1 = ", T + 1, " tokens");
     num_tokens_ += shard.size();
     window_start_.push_back(window_start_.back() + (shard.size() - 1) / T);
     shards_.push_back(std::move(shard));
@@ -81,8 +81,8 @@ int64_t TokenLoader::permuted(int64_t epoch, int64_t position) const {
 }
 
 std::pair<int64_t, int64_t> TokenLoader::window_at(int64_t epoch, int64_t position) const {
-  KILN_CHECK(position >= 0 && position < num_windows_, "TokenLoader::window_at: position ", position,
-             " is not in [0, ", num_windows_, ")");
+  KILN_CHECK_INDEX(position >= 0 && position < num_windows_, "TokenLoader::window_at: position ", position,
+                   " is not in [0, ", num_windows_, ")");
   int64_t w = permuted(epoch, position);
   auto it = std::upper_bound(window_start_.begin(), window_start_.end(), w);
   int64_t s = (it - window_start_.begin()) - 1;
@@ -104,9 +104,9 @@ TokenBatch TokenLoader::next() {
     const uint16_t* src = shards_[s].data() + start;  // (T + 1,)
     if (vocab > 0) {
       for (int64_t t = 0; t <= T; ++t)
-        KILN_CHECK(src[t] < vocab, "TokenLoader: token shard ", shards_[s].path(), ": token ", src[t],
-                   " at token index ", start + t, " (byte offset ", kTokenShardHeaderBytes + 2 * (start + t),
-                   ") is >= vocab_size ", vocab);
+        KILN_CHECK_IO(src[t] < vocab, "TokenLoader: token shard ", shards_[s].path(), ": token ", src[t],
+                      " at token index ", start + t, " (byte offset ", kTokenShardHeaderBytes + 2 * (start + t),
+                      ") is >= vocab_size ", vocab);
     }
     for (int64_t t = 0; t < T; ++t) {
       px[b * T + t] = src[t];

@@ -23,18 +23,18 @@ static_assert(std::endian::native == std::endian::little, "token shards are litt
 
 TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
   int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  KILN_CHECK(fd >= 0, "token shard ", path_, ": cannot open: ", std::strerror(errno));
+  KILN_CHECK_IO(fd >= 0, "token shard ", path_, ": cannot open: ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    KILN_CHECK(false, "token shard ", path_, ": cannot stat: ", std::strerror(err));
+    KILN_CHECK_IO(false, "token shard ", path_, ": cannot stat: ", std::strerror(err));
   }
   const int64_t file_bytes = st.st_size;
   if (file_bytes < kTokenShardHeaderBytes) {
     ::close(fd);
-    KILN_CHECK(false, "token shard ", path_, ": truncated: the file has ", file_bytes,
-               " bytes, fewer than the ", kTokenShardHeaderBytes, "-byte header");
+    KILN_CHECK_IO(false, "token shard ", path_, ": truncated: the file has ", file_bytes,
+                  " bytes, fewer than the ", kTokenShardHeaderBytes, "-byte header");
   }
   map_bytes_ = static_cast<size_t>(file_bytes);
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -42,21 +42,22 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
   ::close(fd);  // the mapping keeps the file alive
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    KILN_CHECK(false, "token shard ", path_, ": mmap of ", file_bytes, " bytes failed: ", std::strerror(map_err));
+    KILN_CHECK_IO(false, "token shard ", path_, ": mmap of ", file_bytes, " bytes failed: ", std::strerror(map_err));
   }
   try {
     int32_t header[3];
     std::memcpy(header, map_, sizeof header);
-    KILN_CHECK(header[0] == kTokenShardMagic, "token shard ", path_, ": bad magic at byte offset 0: expected ",
-               kTokenShardMagic, ", found ", header[0], " (not an llm.c/modded-nanogpt token shard)");
-    KILN_CHECK(header[1] == kTokenShardVersion, "token shard ", path_,
-               ": unsupported version at byte offset 4: expected ", kTokenShardVersion, ", found ", header[1]);
-    KILN_CHECK(header[2] >= 0, "token shard ", path_, ": negative token count at byte offset 8: ", header[2]);
+    KILN_CHECK_IO(header[0] == kTokenShardMagic, "token shard ", path_, ": bad magic at byte offset 0: expected ",
+                  kTokenShardMagic, ", found ", header[0], " (not an llm.c/modded-nanogpt token shard)");
+    KILN_CHECK_IO(header[1] == kTokenShardVersion, "token shard ", path_,
+                  ": unsupported version at byte offset 4: expected ", kTokenShardVersion, ", found ", header[1]);
+    KILN_CHECK_IO(header[2] >= 0, "token shard ", path_, ": negative token count at byte offset 8: ", header[2]);
     const int64_t expected = kTokenShardHeaderBytes + 2 * int64_t(header[2]);
-    KILN_CHECK(file_bytes == expected, "token shard ", path_, ": size mismatch: the header (byte offset 8) declares ",
-               header[2], " tokens, so the file should have 1024 + 2 * ", header[2], " = ", expected,
-               " bytes, but it has ", file_bytes, " bytes (", file_bytes < expected ? "truncated" : "trailing data",
-               ")");
+    KILN_CHECK_IO(file_bytes == expected, "token shard ", path_,
+                  ": size mismatch: the header (byte offset 8) declares ",
+                  header[2], " tokens, so the file should have 1024 + 2 * ", header[2], " = ", expected,
+                  " bytes, but it has ", file_bytes, " bytes (", file_bytes < expected ? "truncated" : "trailing data",
+                  ")");
     size_ = header[2];
     tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kTokenShardHeaderBytes);
   } catch (...) {
@@ -102,12 +103,12 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
              std::numeric_limits<int32_t>::max(), ")");
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  KILN_CHECK(f != nullptr, "write_token_shard ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
+  KILN_CHECK_IO(f != nullptr, "write_token_shard ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
   auto fail = [&](const char* what) {
     int err = errno;
     std::fclose(f);
     std::remove(tmp.c_str());
-    KILN_CHECK(false, "write_token_shard ", path, ": ", what, " ", tmp, " failed: ", std::strerror(err));
+    KILN_CHECK_IO(false, "write_token_shard ", path, ": ", what, " ", tmp, " failed: ", std::strerror(err));
   };
   std::array<int32_t, kTokenShardHeaderBytes / 4> header{};
   header[0] = kTokenShardMagic;
@@ -120,12 +121,12 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
   if (std::fclose(f) != 0) {
     int err = errno;
     std::remove(tmp.c_str());
-    KILN_CHECK(false, "write_token_shard ", path, ": closing ", tmp, " failed: ", std::strerror(err));
+    KILN_CHECK_IO(false, "write_token_shard ", path, ": closing ", tmp, " failed: ", std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     std::remove(tmp.c_str());
-    KILN_CHECK(false, "write_token_shard ", path, ": renaming ", tmp, " failed: ", std::strerror(err));
+    KILN_CHECK_IO(false, "write_token_shard ", path, ": renaming ", tmp, " failed: ", std::strerror(err));
   }
 }
 

@@ -10,12 +10,12 @@ Tensor Sequential::forward(const Tensor& x) {
 }
 
 const std::shared_ptr<Module>& Sequential::operator[](size_t i) const {
-  KILN_CHECK(i < modules_.size(), "Sequential: index ", i, " out of range for ", modules_.size(), " modules");
+  KILN_CHECK_INDEX(i < modules_.size(), "Sequential: index ", i, " out of range for ", modules_.size(), " modules");
   return modules_[i];
 }
 
 const std::shared_ptr<Module>& ModuleList::operator[](size_t i) const {
-  KILN_CHECK(i < modules_.size(), "ModuleList: index ", i, " out of range for ", modules_.size(), " modules");
+  KILN_CHECK_INDEX(i < modules_.size(), "ModuleList: index ", i, " out of range for ", modules_.size(), " modules");
   return modules_[i];
 }
 

@@ -64,12 +64,12 @@ std::string checksum(const NamedTensors& tensors) {
 template <class Int>
 Int parse_number(const std::string& path, const std::map<std::string, std::string>& meta, const std::string& key) {
   auto it = meta.find(key);
-  KILN_CHECK(it != meta.end(), "load_checkpoint: ", path, ": metadata '", key, "' is missing");
+  KILN_CHECK_IO(it != meta.end(), "load_checkpoint: ", path, ": metadata '", key, "' is missing");
   Int v{};
   const std::string& s = it->second;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  KILN_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(), "load_checkpoint: ", path,
-             ": metadata '", key, "' is not a valid integer: '", s, "'");
+  KILN_CHECK_IO(ec == std::errc() && end == s.data() + s.size() && !s.empty(), "load_checkpoint: ", path,
+                ": metadata '", key, "' is not a valid integer: '", s, "'");
   return v;
 }
 
@@ -82,9 +82,9 @@ void save_checkpoint(const std::string& path, const NamedTensors& model, const O
   NamedTensors tensors;
   std::set<std::string> names;
   for (const auto& [name, t] : model) {
-    KILN_CHECK(t.defined(), "save_checkpoint: ", path, ": model tensor '", name, "' is undefined");
-    KILN_CHECK(names.insert(name).second, "save_checkpoint: ", path, ": model tensor name '", name,
-               "' appears twice");
+    KILN_CHECK_VALUE(t.defined(), "save_checkpoint: ", path, ": model tensor '", name, "' is undefined");
+    KILN_CHECK_VALUE(names.insert(name).second, "save_checkpoint: ", path, ": model tensor name '", name,
+                     "' appears twice");
     tensors.emplace_back("model." + name, t.detach());
   }
   for (const auto& [key, t] : optimizer.state_dict()) tensors.emplace_back("optimizer." + key, t);
@@ -94,9 +94,9 @@ void save_checkpoint(const std::string& path, const NamedTensors& model, const O
   tensors.emplace_back("data_cursor", cursor);
   std::set<std::string> extra_names;
   for (const auto& [name, t] : progress.extra) {
-    KILN_CHECK(t.defined(), "save_checkpoint: ", path, ": extra tensor '", name, "' is undefined");
-    KILN_CHECK(extra_names.insert(name).second, "save_checkpoint: ", path, ": extra tensor name '", name,
-               "' appears twice");
+    KILN_CHECK_VALUE(t.defined(), "save_checkpoint: ", path, ": extra tensor '", name, "' is undefined");
+    KILN_CHECK_VALUE(extra_names.insert(name).second, "save_checkpoint: ", path, ": extra tensor name '", name,
+                     "' appears twice");
     tensors.emplace_back("extra." + name, t.detach());
   }
 
@@ -120,25 +120,25 @@ TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& mo
   try {
     file = load_safetensors(path);
   } catch (const Error& e) {
-    KILN_CHECK(false, "load_checkpoint: ", path, ": not a readable checkpoint (truncated or corrupt?): ", e.what());
+    KILN_CHECK_IO(false, "load_checkpoint: ", path, ": not a readable checkpoint (truncated or corrupt?): ", e.what());
   }
   const auto& meta = file.metadata;
   auto format = meta.find("format");
-  KILN_CHECK(format != meta.end() && format->second == kFormat, "load_checkpoint: ", path,
-             ": not a Kiln checkpoint (metadata 'format' is ",
-             format == meta.end() ? std::string("missing") : "'" + format->second + "'", ")");
+  KILN_CHECK_IO(format != meta.end() && format->second == kFormat, "load_checkpoint: ", path,
+                ": not a Kiln checkpoint (metadata 'format' is ",
+                format == meta.end() ? std::string("missing") : "'" + format->second + "'", ")");
   const int version = parse_number<int>(path, meta, "format_version");
-  KILN_CHECK(version == kCheckpointFormatVersion, "load_checkpoint: ", path, ": format version ", version,
-             " is not supported (this Kiln reads version ", kCheckpointFormatVersion, ")");
+  KILN_CHECK_IO(version == kCheckpointFormatVersion, "load_checkpoint: ", path, ": format version ", version,
+                " is not supported (this Kiln reads version ", kCheckpointFormatVersion, ")");
   auto sum = meta.find("checksum");
-  KILN_CHECK(sum != meta.end(), "load_checkpoint: ", path, ": metadata 'checksum' is missing");
+  KILN_CHECK_IO(sum != meta.end(), "load_checkpoint: ", path, ": metadata 'checksum' is missing");
   const std::string actual = checksum(file.tensors);
-  KILN_CHECK(actual == sum->second, "load_checkpoint: ", path, ": checksum mismatch (stored ", sum->second,
-             ", data hashes to ", actual, "): the file is corrupt");
+  KILN_CHECK_IO(actual == sum->second, "load_checkpoint: ", path, ": checksum mismatch (stored ", sum->second,
+                ", data hashes to ", actual, "): the file is corrupt");
   auto opt_name = meta.find("optimizer");
-  KILN_CHECK(opt_name != meta.end() && opt_name->second == optimizer.name(), "load_checkpoint: ", path,
-             ": holds the state of a ", opt_name == meta.end() ? std::string("(missing)") : opt_name->second,
-             " optimizer, not of a ", optimizer.name());
+  KILN_CHECK_IO(opt_name != meta.end() && opt_name->second == optimizer.name(), "load_checkpoint: ", path,
+                ": holds the state of a ", opt_name == meta.end() ? std::string("(missing)") : opt_name->second,
+                " optimizer, not of a ", optimizer.name());
 
   // Split the tensors by prefix; anything else is unexpected.
   std::map<std::string, Tensor> model_in;
@@ -155,32 +155,32 @@ TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& mo
     else if (starts_with(name, "extra."))
       extra_in.emplace_back(name.substr(6), t);
     else
-      KILN_CHECK(false, "load_checkpoint: ", path, ": unexpected tensor '", name, "'");
+      KILN_CHECK_IO(false, "load_checkpoint: ", path, ": unexpected tensor '", name, "'");
   }
   std::set<std::string> expected;
   for (const auto& [name, t] : model) {
     expected.insert(name);
     auto it = model_in.find(name);
-    KILN_CHECK(it != model_in.end(), "load_checkpoint: ", path, ": model tensor '", name, "' is missing");
-    KILN_CHECK(it->second.shape() == t.shape() && it->second.dtype() == t.dtype(), "load_checkpoint: ", path,
-               ": model tensor '", name, "' is ", it->second.dtype(), it->second.shape(), " in the file but ",
-               t.dtype(), t.shape(), " in the model");
+    KILN_CHECK_IO(it != model_in.end(), "load_checkpoint: ", path, ": model tensor '", name, "' is missing");
+    KILN_CHECK_IO(it->second.shape() == t.shape() && it->second.dtype() == t.dtype(), "load_checkpoint: ", path,
+                  ": model tensor '", name, "' is ", it->second.dtype(), it->second.shape(), " in the file but ",
+                  t.dtype(), t.shape(), " in the model");
   }
   for (const auto& [name, t] : model_in)
-    KILN_CHECK(expected.count(name), "load_checkpoint: ", path, ": unexpected model tensor '", name,
-               "' (not in the model)");
-  KILN_CHECK(cursor.defined() && cursor.dtype() == DType::u8 && cursor.dim() == 1, "load_checkpoint: ", path,
-             ": 'data_cursor' is missing or not a 1-D u8 tensor");
+    KILN_CHECK_IO(expected.count(name), "load_checkpoint: ", path, ": unexpected model tensor '", name,
+                  "' (not in the model)");
+  KILN_CHECK_IO(cursor.defined() && cursor.dtype() == DType::u8 && cursor.dim() == 1, "load_checkpoint: ", path,
+                ": 'data_cursor' is missing or not a 1-D u8 tensor");
   try {
     optimizer.validate_state_dict(optim_in);
   } catch (const Error& e) {
-    KILN_CHECK(false, "load_checkpoint: ", path, ": optimizer state does not fit: ", e.what());
+    KILN_CHECK_IO(false, "load_checkpoint: ", path, ": optimizer state does not fit: ", e.what());
   }
   TrainingProgress progress;
   progress.global_step = parse_number<int64_t>(path, meta, "global_step");
   progress.scheduler_step = parse_number<int64_t>(path, meta, "scheduler_step");
   const auto rng_count = parse_number<uint64_t>(path, meta, "rng.count");
-  KILN_CHECK(rng_count <= 1024, "load_checkpoint: ", path, ": metadata 'rng.count' is ", rng_count);
+  KILN_CHECK_IO(rng_count <= 1024, "load_checkpoint: ", path, ": metadata 'rng.count' is ", rng_count);
   for (uint64_t i = 0; i < rng_count; ++i)
     progress.rng.push_back({parse_number<uint64_t>(path, meta, "rng." + std::to_string(i) + ".seed"),
                             parse_number<uint64_t>(path, meta, "rng." + std::to_string(i) + ".offset")});

@@ -142,8 +142,8 @@ void DistributedDataParallel::verify_same_model_across_ranks() {
     for (size_t k = 0; !differs && k < ref.size(); ++k)
       differs = other[k].kind != ref[k].kind || other[k].name != ref[k].name || other[k].shape != ref[k].shape ||
                 other[k].dtype != ref[k].dtype;
-    KILN_CHECK(!differs, "DistributedDataParallel: the model differs across ranks: ", first_difference(ref, other, r),
-               " (every rank must build the same model before wrapping it)");
+    KILN_CHECK_DIST(!differs, "DistributedDataParallel: the model differs across ranks: ",
+                    first_difference(ref, other, r), " (every rank must build the same model before wrapping it)");
   }
 }
 

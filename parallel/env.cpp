@@ -24,14 +24,14 @@ int parse_int(const char* name, const char* text) {
   int value = 0;
   const char* end = text + std::char_traits<char>::length(text);
   auto [ptr, ec] = std::from_chars(text, end, value);
-  KILN_CHECK(ec == std::errc() && ptr == end, "environment variable ", name, "=\"", text,
-             "\" is not an integer");
+  KILN_CHECK_DIST(ec == std::errc() && ptr == end, "environment variable ", name, "=\"", text,
+                  "\" is not an integer");
   return value;
 }
 
 int require_int(const char* name) {
   const char* v = get(name);
-  KILN_CHECK(v != nullptr, "environment variable ", name, " is not set: ", kHowToLaunch);
+  KILN_CHECK_DIST(v != nullptr, "environment variable ", name, " is not set: ", kHowToLaunch);
   return parse_int(name, v);
 }
 
@@ -63,8 +63,8 @@ EnvInfo read_env(const InitOptions& options) {
     info.world_size = options.world_size_;
     info.launcher = "options";
   } else {
-    KILN_CHECK(launcher != nullptr, "environment variable RANK is not set (nor SLURM_PROCID or OMPI_COMM_WORLD_RANK): ",
-               kHowToLaunch);
+    KILN_CHECK_DIST(launcher != nullptr,
+                    "environment variable RANK is not set (nor SLURM_PROCID or OMPI_COMM_WORLD_RANK): ", kHowToLaunch);
     info.launcher = launcher->name;
     info.rank = options.rank_ >= 0 ? options.rank_ : require_int(launcher->rank);
     info.world_size = options.world_size_ >= 1 ? options.world_size_ : require_int(launcher->size);
@@ -80,7 +80,7 @@ EnvInfo read_env(const InitOptions& options) {
     info.master_addr = options.master_addr_;
   } else {
     const char* addr = get("MASTER_ADDR");
-    KILN_CHECK(addr != nullptr, "environment variable MASTER_ADDR is not set: ", kHowToLaunch);
+    KILN_CHECK_DIST(addr != nullptr, "environment variable MASTER_ADDR is not set: ", kHowToLaunch);
     info.master_addr = addr;
   }
   info.master_port = options.master_port_ >= 0 ? options.master_port_ : require_int("MASTER_PORT");

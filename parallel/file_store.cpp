@@ -59,7 +59,7 @@ class FileStore final : public Store {
     KILN_CHECK(world_size >= 1, "make_file_store: world_size must be >= 1, got ", world_size);
     std::error_code ec;
     fs::create_directories(dir_, ec);
-    KILN_CHECK(fs::is_directory(dir_), "make_file_store: cannot create directory ", dir_, ": ", ec.message());
+    KILN_CHECK_DIST(fs::is_directory(dir_), "make_file_store: cannot create directory ", dir_, ": ", ec.message());
   }
 
   ~FileStore() override {
@@ -75,16 +75,16 @@ class FileStore final : public Store {
   Bytes get(const std::string& key) override {
     wait({key}, timeout_);
     Bytes value;
-    KILN_CHECK(read_value(key, value), "FileStore get: key \"", key, "\" vanished from ", dir_);
+    KILN_CHECK_DIST(read_value(key, value), "FileStore get: key \"", key, "\" vanished from ", dir_);
     return value;
   }
 
   int64_t add(const std::string& key, int64_t delta) override {
     std::string lock_path = dir_ + "/lock_" + encode_key(key);
     Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-    KILN_CHECK(lock.fd >= 0, "FileStore add: cannot open ", lock_path, ": ", std::strerror(errno));
+    KILN_CHECK_DIST(lock.fd >= 0, "FileStore add: cannot open ", lock_path, ": ", std::strerror(errno));
     while (::flock(lock.fd, LOCK_EX) != 0) {
-      KILN_CHECK(errno == EINTR, "FileStore add: flock on ", lock_path, " failed: ", std::strerror(errno));
+      KILN_CHECK_DIST(errno == EINTR, "FileStore add: flock on ", lock_path, " failed: ", std::strerror(errno));
     }
     int64_t value = 0;
     Bytes current;
@@ -93,7 +93,7 @@ class FileStore final : public Store {
       try {
         value = std::stoll(s);
       } catch (const std::exception&) {
-        KILN_CHECK(false, "FileStore add: key \"", key, "\" holds \"", s, "\", not an integer");
+        KILN_CHECK_DIST(false, "FileStore add: key \"", key, "\" holds \"", s, "\", not an integer");
       }
     }
     value += delta;
@@ -113,8 +113,8 @@ class FileStore final : public Store {
       if (Clock::now() >= deadline) {
         std::string names;
         for (const auto& k : missing) names += (names.empty() ? "\"" : ", \"") + k + "\"";
-        KILN_CHECK(false, "FileStore at ", dir_, ": timed out after ", timeout.count(), " ms waiting for key(s) ",
-                   names);
+        KILN_CHECK_DIST(false, "FileStore at ", dir_, ": timed out after ", timeout.count(), " ms waiting for key(s) ",
+                        names);
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(10000));
@@ -135,26 +135,26 @@ class FileStore final : public Store {
     std::string tmp = dir_ + "/.tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
     {
       Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      KILN_CHECK(f.fd >= 0, "FileStore set \"", key, "\": cannot create ", tmp, ": ", std::strerror(errno));
+      KILN_CHECK_DIST(f.fd >= 0, "FileStore set \"", key, "\": cannot create ", tmp, ": ", std::strerror(errno));
       size_t done = 0;
       while (done < value.size()) {
         ssize_t n = ::write(f.fd, value.data() + done, value.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        KILN_CHECK(n > 0, "FileStore set \"", key, "\": write to ", tmp, " failed: ", std::strerror(errno));
+        KILN_CHECK_DIST(n > 0, "FileStore set \"", key, "\": write to ", tmp, " failed: ", std::strerror(errno));
         done += static_cast<size_t>(n);
       }
     }
     std::string path = value_path(key);
-    KILN_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "FileStore set \"", key, "\": rename to ", path,
-               " failed: ", std::strerror(errno));
+    KILN_CHECK_DIST(::rename(tmp.c_str(), path.c_str()) == 0, "FileStore set \"", key, "\": rename to ", path,
+                    " failed: ", std::strerror(errno));
   }
 
   // The key's whole value, or false when the key does not exist.
   bool read_value(const std::string& key, Bytes& out) {
     Fd f(::open(value_path(key).c_str(), O_RDONLY | O_CLOEXEC));
     if (f.fd < 0) {
-      KILN_CHECK(errno == ENOENT, "FileStore get \"", key, "\": cannot open ", value_path(key), ": ",
-                 std::strerror(errno));
+      KILN_CHECK_DIST(errno == ENOENT, "FileStore get \"", key, "\": cannot open ", value_path(key), ": ",
+                      std::strerror(errno));
       return false;
     }
     out.clear();
@@ -162,7 +162,7 @@ class FileStore final : public Store {
     while (true) {
       ssize_t n = ::read(f.fd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      KILN_CHECK(n >= 0, "FileStore get \"", key, "\": read failed: ", std::strerror(errno));
+      KILN_CHECK_DIST(n >= 0, "FileStore get \"", key, "\": read failed: ", std::strerror(errno));
       if (n == 0) return true;
       out.insert(out.end(), buf, buf + n);
     }

@@ -97,7 +97,7 @@ class GlooWork final : public Work {
   void wait() override {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return done_; });
-    if (!error_.empty()) throw Error(error_);
+    if (!error_.empty()) throw DistributedError(error_);
   }
   bool is_completed() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -150,8 +150,8 @@ class GlooProcessGroup final : public ProcessGroup {
       GlooStore gloo_store(store_);
       context_->connectFullMesh(gloo_store, device_);
     } catch (const std::exception& e) {
-      KILN_CHECK(false, "Gloo rendezvous failed on rank ", rank, " of ", size, " (host ", options.hostname_,
-                 ", timeout ", options.timeout_.count(), " ms): ", e.what());
+      KILN_CHECK_DIST(false, "Gloo rendezvous failed on rank ", rank, " of ", size, " (host ", options.hostname_,
+                      ", timeout ", options.timeout_.count(), " ms): ", e.what());
     }
     worker_ = std::thread([this] { worker_loop(); });
   }

@@ -19,7 +19,7 @@ bool is_loopback(const std::string& addr) {
 std::string gloo_hostname(const std::string& master_addr) {
   if (is_loopback(master_addr)) return "127.0.0.1";
   char name[256] = {};
-  KILN_CHECK(::gethostname(name, sizeof name - 1) == 0, "init_process_group: gethostname failed");
+  KILN_CHECK_DIST(::gethostname(name, sizeof name - 1) == 0, "init_process_group: gethostname failed");
   return name;
 }
 

@@ -160,18 +160,19 @@ void Reducer::register_comm_hook(CommHook hook) {
 void Reducer::fail(const std::string& message) {
   if (failure_.empty()) failure_ = message;
   active_ = false;
-  KILN_CHECK(false, message);
+  KILN_CHECK_DIST(false, message);
 }
 
 void Reducer::on_grad_ready(size_t i) {
-  KILN_CHECK(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
+  KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
   if (options_.gradient_as_bucket_view_) install_view(i, true);
   used_[i] = true;
   if (!require_sync_) return;  // no_sync: gradients accumulate in .grad (the views)
   if (!active_) start_iteration();
-  KILN_CHECK(!ready_[i], "DistributedDataParallel: parameter '", names_[i], "' got its gradient twice in iteration ",
-             iteration_, "; run one backward per synced iteration (use no_sync() for the extra ones) and call "
-             "finish_gradient_synchronization() between iterations");
+  KILN_CHECK_DIST(!ready_[i], "DistributedDataParallel: parameter '", names_[i],
+                  "' got its gradient twice in iteration ", iteration_,
+                  "; run one backward per synced iteration (use no_sync() for the extra ones) and call "
+                  "finish_gradient_synchronization() between iterations");
   if (!options_.gradient_as_bucket_view_) {
     NoGradGuard no_grad;
     slice_of(i).copy_(params_[i].grad());
@@ -251,7 +252,7 @@ void Reducer::check_order(size_t b, const Tensor& tail) const {
     if (m < 1e9) os << " (codes modulo " << m << ")";
     os << "; every rank must issue the same collectives in the same order (an extra or missing all-reduce, "
           "barrier or broadcast on one rank, or a different model or control flow)";
-    throw Error(os.str());
+    throw DistributedError(os.str());
   }
 }
 
@@ -310,7 +311,7 @@ void Reducer::copy_back(size_t b, const Tensor& tail) {
 }
 
 void Reducer::finish() {
-  KILN_CHECK(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
+  KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
   if (!require_sync_ || !active_) return;  // no_sync, or already finalized by the last hook
   std::vector<size_t> missing;
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -323,11 +324,11 @@ void Reducer::finish() {
     wait_launched_quietly();
     active_ = false;
     used_.assign(params_.size(), false);
-    KILN_CHECK(false, "DistributedDataParallel: ", missing.size(), " parameter(s) got no gradient in iteration ",
-               iteration_, ": ", join_names(names),
-               ". Every parameter must take part in the loss of every synced backward; pass "
-               "DDPOptions().find_unused_parameters(true) if some legitimately do not, or call "
-               "requires_grad_(false) on them before wrapping the model");
+    KILN_CHECK_DIST(false, "DistributedDataParallel: ", missing.size(), " parameter(s) got no gradient in iteration ",
+                    iteration_, ": ", join_names(names),
+                    ". Every parameter must take part in the loss of every synced backward; pass "
+                    "DDPOptions().find_unused_parameters(true) if some legitimately do not, or call "
+                    "requires_grad_(false) on them before wrapping the model");
   }
   // find_unused_parameters: the rest contribute what they accumulated under no_sync, else zeros.
   NoGradGuard no_grad;

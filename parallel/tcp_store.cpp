@@ -60,7 +60,7 @@ class TcpStore final : public Store {
     check_key(key);
     std::lock_guard lock(mu_);
     Frame r = blocking_request({tcp::kGet, {key}}, timeout_, "get(\"" + key + "\")");
-    KILN_CHECK(r.items.size() == 1, "TCP store at ", where_, ": malformed reply to get(\"", key, "\")");
+    KILN_CHECK_DIST(r.items.size() == 1, "TCP store at ", where_, ": malformed reply to get(\"", key, "\")");
     return Bytes(r.items[0].begin(), r.items[0].end());
   }
 
@@ -68,8 +68,8 @@ class TcpStore final : public Store {
     check_key(key);
     std::lock_guard lock(mu_);
     Frame r = request({tcp::kAdd, {key, tcp::encode_i64(delta)}}, "add(\"" + key + "\")");
-    KILN_CHECK(r.items.size() == 1 && r.items[0].size() == 8, "TCP store at ", where_,
-               ": malformed reply to add(\"", key, "\")");
+    KILN_CHECK_DIST(r.items.size() == 1 && r.items[0].size() == 8, "TCP store at ", where_,
+                    ": malformed reply to add(\"", key, "\")");
     return tcp::decode_i64(r.items[0]);
   }
 
@@ -86,8 +86,8 @@ class TcpStore final : public Store {
     check_key(key);
     std::lock_guard lock(mu_);
     Frame r = request({tcp::kCheck, {key}}, "check(\"" + key + "\")");
-    KILN_CHECK(r.items.size() == 1 && r.items[0].size() == 1, "TCP store at ", where_,
-               ": malformed reply to check(\"", key, "\")");
+    KILN_CHECK_DIST(r.items.size() == 1 && r.items[0].size() == 1, "TCP store at ", where_,
+                    ": malformed reply to check(\"", key, "\")");
     return r.items[0][0] != 0;
   }
 
@@ -103,7 +103,7 @@ class TcpStore final : public Store {
     std::string last_error = "timed out";
     for (;;) {
       Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      KILN_CHECK(fd.valid(), "TCP store: socket() failed: ", tcp::errno_text(errno));
+      KILN_CHECK_DIST(fd.valid(), "TCP store: socket() failed: ", tcp::errno_text(errno));
       tcp::set_nonblocking(fd.get(), true);
       int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
       int err = rc == 0 ? 0 : errno;
@@ -124,8 +124,8 @@ class TcpStore final : public Store {
       }
       last_error = tcp::errno_text(err);
       const auto now = Clock::now();
-      KILN_CHECK(now < deadline, "TCP store: could not connect to ", where_, " within ", timeout_.count(),
-                 " ms (last error: ", last_error, ")");
+      KILN_CHECK_DIST(now < deadline, "TCP store: could not connect to ", where_, " within ", timeout_.count(),
+                      " ms (last error: ", last_error, ")");
       std::this_thread::sleep_for(std::min<Clock::duration>(Millis(50), deadline - now));
     }
   }
@@ -169,7 +169,7 @@ class TcpStore final : public Store {
   [[noreturn]] void fail(const std::string& what, const std::string& why) {
     fd_.reset();
     in_.clear();
-    KILN_CHECK(false, "TCP store at ", where_, ": ", what, ": ", why);
+    KILN_CHECK_DIST(false, "TCP store at ", where_, ": ", what, ": ", why);
     __builtin_unreachable();
   }
 

@@ -64,16 +64,16 @@ Server::Server(const std::string& host, uint16_t port) : state_(std::make_unique
   s.where = host + ":" + std::to_string(port);
   const sockaddr_in addr = resolve_ipv4(host, port);
   s.listener = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  KILN_CHECK(s.listener.valid(), "TCP store: socket() failed for server at ", s.where, ": ", errno_text(errno));
+  KILN_CHECK_DIST(s.listener.valid(), "TCP store: socket() failed for server at ", s.where, ": ", errno_text(errno));
   int one = 1;
   ::setsockopt(s.listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  KILN_CHECK(::bind(s.listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0,
-             "TCP store: cannot bind the server to ", s.where, ": ", errno_text(errno));
-  KILN_CHECK(::listen(s.listener.get(), 1024) == 0, "TCP store: listen() failed on ", s.where, ": ",
-             errno_text(errno));
+  KILN_CHECK_DIST(::bind(s.listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0,
+                  "TCP store: cannot bind the server to ", s.where, ": ", errno_text(errno));
+  KILN_CHECK_DIST(::listen(s.listener.get(), 1024) == 0, "TCP store: listen() failed on ", s.where, ": ",
+                  errno_text(errno));
   set_nonblocking(s.listener.get(), true);
   int pipe_fds[2];
-  KILN_CHECK(::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) == 0, "TCP store: pipe() failed: ", errno_text(errno));
+  KILN_CHECK_DIST(::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) == 0, "TCP store: pipe() failed: ", errno_text(errno));
   s.wake_read = Fd(pipe_fds[0]);
   s.wake_write = Fd(pipe_fds[1]);
   s.thread = std::thread([&s] {
@@ -113,7 +113,7 @@ void Server::State::run() {
     }
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      KILN_CHECK(false, "poll() failed: ", errno_text(errno));
+      KILN_CHECK_DIST(false, "poll() failed: ", errno_text(errno));
     }
     if (fds[0].revents) return;  // stop requested
     if (fds[1].revents & POLLIN) accept_clients();

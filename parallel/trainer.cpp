@@ -211,8 +211,8 @@ void Trainer::save_checkpoint(const std::string& path, const std::string& data_c
   // rank 0 fails every rank instead of leaving them waiting.
   bool failed = !failure.empty();
   if (world_ > 1) failed = any_rank_found_inf(failed);
-  if (!failure.empty()) throw Error(failure);
-  KILN_CHECK(!failed, "Trainer::save_checkpoint: rank 0 failed to write ", path);
+  if (!failure.empty()) throw IOError(failure);
+  KILN_CHECK_IO(!failed, "Trainer::save_checkpoint: rank 0 failed to write ", path);
 }
 
 std::optional<std::string> Trainer::load_checkpoint(const std::string& path) {

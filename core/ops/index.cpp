@@ -41,9 +41,9 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_
     const I* p = static_cast<const I*>(ic.data_ptr());
     for (size_t i = 0; i < out.size(); ++i) {
       const int64_t v = static_cast<int64_t>(p[i]);
-      KILN_CHECK(v >= 0 && v < size, op, ": index ", v, " at position ", unravel(int64_t(i), index.shape()),
-                 " is out of range [0, ", size, ") for dim ", target.dim, " of the ", target.name, " of shape ",
-                 target.shape);
+      KILN_CHECK_INDEX(v >= 0 && v < size, op, ": index ", v, " at position ", unravel(int64_t(i), index.shape()),
+                       " is out of range [0, ", size, ") for dim ", target.dim, " of the ", target.name, " of shape ",
+                       target.shape);
       out[i] = v;
     }
   });

@@ -153,8 +153,8 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
       for (int64_t i = 0; i < n_in; ++i) out[plane * n_in + i] = static_cast<T>(acc[i]);
     });
   });
-  KILN_CHECK(bad.load() == -1, "max_pool2d_backward: index ", bad.load(), " is outside the input plane of ",
-             p.h, " x ", p.w);
+  KILN_CHECK_INDEX(bad.load() == -1, "max_pool2d_backward: index ", bad.load(), " is outside the input plane of ",
+                   p.h, " x ", p.w);
   return gx;
 }
 

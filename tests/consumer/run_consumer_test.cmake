@@ -1,0 +1,143 @@
+# CTest driver (cmake -P) for the embedding story: install the current build into a temporary
+# prefix, check the installed headers compile with only <prefix>/include, build tests/consumer from
+# a clean directory against the prefix, run it with 1 rank and under kiln-run with 2, and check
+# that every C++ block of README "Embedding Kiln" is one of the consumer's compiled sources.
+# Inputs (-D): KILN_BUILD_DIR, KILN_SOURCE_DIR, WORK_DIR, CXX, GENERATOR.
+cmake_minimum_required(VERSION 3.24)
+
+function(run_step name)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  WORKING_DIRECTORY ${WORK_DIR})
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(step_output "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+set(prefix ${WORK_DIR}/prefix)
+set(consumer_build ${WORK_DIR}/consumer-build)
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+
+# 1. Install into a fresh prefix.
+run_step("cmake --install" ${CMAKE_COMMAND} --install ${KILN_BUILD_DIR} --prefix ${prefix})
+
+# 2. Public headers: every installed header, with only the installed include dir on the path.
+file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/kiln/*.h)
+list(LENGTH headers header_count)
+if(header_count LESS 50 OR NOT EXISTS ${prefix}/include/kiln/kiln.h)
+  message(FATAL_ERROR "install: expected kiln/kiln.h and the module headers, found ${header_count} headers")
+endif()
+foreach(private kiln/core/cuda/check.h kiln/parallel/tcp_store_detail.h)
+  if(EXISTS ${prefix}/include/${private})
+    message(FATAL_ERROR "install: private header ${private} was installed")
+  endif()
+endforeach()
+set(tu "#include <kiln/kiln.h>\n")
+foreach(h ${headers})
+  string(APPEND tu "#include <${h}>\n")
+endforeach()
+file(WRITE ${WORK_DIR}/all_headers.cpp "${tu}int main() { return 0; }\n")
+run_step("compiling every installed header with only -I<prefix>/include"
+         ${CXX} -std=c++20 -fsyntax-only -I${prefix}/include ${WORK_DIR}/all_headers.cpp)
+file(WRITE ${WORK_DIR}/umbrella.cpp "#include <kiln/kiln.h>\nint main() { return kiln::Tensor().defined(); }\n")
+run_step("compiling #include <kiln/kiln.h>" ${CXX} -std=c++20 -fsyntax-only -I${prefix}/include
+         ${WORK_DIR}/umbrella.cpp)
+
+# 3. The package holds no path of the build machine (relocatable).
+file(GLOB cmake_files ${prefix}/lib*/cmake/Kiln/*.cmake)
+foreach(f ${cmake_files})
+  file(READ ${f} text)
+  foreach(bad "${KILN_BUILD_DIR}" "${KILN_SOURCE_DIR}" "${prefix}")
+    string(FIND "${text}" "${bad}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "install: ${f} contains the absolute path ${bad}")
+    endif()
+  endforeach()
+endforeach()
+
+# 4. Configure and build the consumer from a clean directory, knowing only the prefix.
+set(launcher)
+find_program(ccache ccache)
+if(ccache)
+  set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${ccache})
+endif()
+run_step("configuring tests/consumer" ${CMAKE_COMMAND} -S ${KILN_SOURCE_DIR}/tests/consumer -B ${consumer_build}
+         -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${prefix}
+         ${launcher})
+run_step("building tests/consumer" ${CMAKE_COMMAND} --build ${consumer_build} -j 1)
+
+# 5. Run: the API tour, then the consumer with 1 rank and with 2 under the installed kiln-run.
+run_step("kiln_api_tour" ${consumer_build}/kiln_api_tour)
+if(NOT step_output MATCHES "api tour ok")
+  message(FATAL_ERROR "kiln_api_tour: no 'api tour ok' line:\n${step_output}")
+endif()
+
+function(check_consumer_output label output ranks)
+  foreach(r RANGE 0 ${ranks})
+    if(r EQUAL ranks)
+      break()
+    endif()
+    if(NOT output MATCHES "rank ${r} of ${ranks}: loss first=([0-9.]+) last=([0-9.]+)")
+      message(FATAL_ERROR "${label}: no loss line for rank ${r}:\n${output}")
+    endif()
+    set(first ${CMAKE_MATCH_1})
+    set(last ${CMAKE_MATCH_2})
+    if(NOT last LESS first)
+      message(FATAL_ERROR "${label}: rank ${r}'s loss did not decrease (first=${first} last=${last})")
+    endif()
+    if(NOT output MATCHES "rank ${r} of ${ranks}: reload equal")
+      message(FATAL_ERROR "${label}: rank ${r} did not reload the checkpoint equal:\n${output}")
+    endif()
+  endforeach()
+  message(STATUS "${label}: ok\n${output}")
+endfunction()
+
+run_step("kiln_consumer, 1 rank" ${consumer_build}/kiln_consumer ${WORK_DIR}/one_rank.safetensors)
+check_consumer_output("kiln_consumer, 1 rank" "${step_output}" 1)
+run_step("kiln-run --nproc-per-node 2 kiln_consumer" ${prefix}/bin/kiln-run --nproc-per-node 2 --standalone
+         ${consumer_build}/kiln_consumer ${WORK_DIR}/two_ranks.safetensors)
+check_consumer_output("kiln_consumer, 2 ranks" "${step_output}" 2)
+
+# 6. Every ```cpp block of README "Embedding Kiln" is compiled: it appears in main.cpp or
+# api_tour.cpp (indentation aside).
+file(READ ${KILN_SOURCE_DIR}/README.md readme)
+string(FIND "${readme}" "\n## Embedding Kiln" start)
+if(start EQUAL -1)
+  message(FATAL_ERROR "README.md has no '## Embedding Kiln' section")
+endif()
+string(SUBSTRING "${readme}" ${start} -1 section)
+string(SUBSTRING "${section}" 1 -1 rest)
+string(FIND "${rest}" "\n## " end)
+if(NOT end EQUAL -1)
+  string(SUBSTRING "${section}" 0 ${end} section)
+endif()
+file(READ ${KILN_SOURCE_DIR}/tests/consumer/main.cpp sources)
+file(READ ${KILN_SOURCE_DIR}/tests/consumer/api_tour.cpp tour)
+string(APPEND sources "\n${tour}")
+string(REGEX REPLACE "\n[ ]+" "\n" sources "${sources}")
+# Blocks are cut out with string(FIND) rather than a list: C++ code is full of ';'.
+set(block_count 0)
+while(TRUE)
+  string(FIND "${section}" "```cpp\n" open)
+  if(open EQUAL -1)
+    break()
+  endif()
+  math(EXPR open "${open} + 7")
+  string(SUBSTRING "${section}" ${open} -1 section)
+  string(FIND "${section}" "```" close)
+  string(SUBSTRING "${section}" 0 ${close} code)
+  string(SUBSTRING "${section}" ${close} -1 section)
+  string(SUBSTRING "${section}" 3 -1 section)
+  string(REGEX REPLACE "\n[ ]+" "\n" code "\n${code}")
+  string(FIND "${sources}" "${code}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "README 'Embedding Kiln': this block is not in tests/consumer/main.cpp or "
+                        "api_tour.cpp, so no test compiles it:\n${code}")
+  endif()
+  math(EXPR block_count "${block_count} + 1")
+endwhile()
+if(block_count LESS 7)
+  message(FATAL_ERROR "README 'Embedding Kiln': expected the program and six tour blocks, found ${block_count}")
+endif()
+message(STATUS "README 'Embedding Kiln': ${block_count} blocks, all compiled")

@@ -1,0 +1,56 @@
+// The kiln::Error hierarchy: each kind is thrown where it belongs (dims and indices, files,
+// explicit KILN_CHECK_AS), is still a kiln::Error, and keeps the "message [file:line]" text.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "test_util.h"
+
+using namespace kiln;
+
+TEST_CASE("IndexError for dims and indices out of range, still a kiln::Error") {
+  Tensor t = zeros({2, 3});
+  CHECK_THROWS_AS(t.select(0, 5), IndexError);
+  CHECK_THROWS_AS(t.select(3, 0), IndexError);
+  CHECK_THROWS_AS(t.narrow(1, 1, 5), IndexError);
+  CHECK_THROWS_AS(t.select(0, 5), Error);
+  try {
+    t.select(0, 5);
+    FAIL("no throw");
+  } catch (const IndexError& e) {
+    std::string what = e.what();
+    CHECK(what.find("select: index 5 is out of range for dim 0 of size 2") != std::string::npos);
+    CHECK(what.find("[tensor.cpp:") != std::string::npos);
+  }
+}
+
+TEST_CASE("IOError for missing and corrupt safetensors files") {
+  const auto dir = std::filesystem::temp_directory_path() / ("kiln_error_kinds_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string missing = (dir / "missing.safetensors").string();
+  CHECK_THROWS_AS(load_safetensors(missing), IOError);
+  const std::string garbage = (dir / "garbage.safetensors").string();
+  std::ofstream(garbage) << "not a safetensors file";
+  CHECK_THROWS_AS(load_safetensors(garbage), IOError);
+  CHECK_THROWS_AS(load_safetensors(garbage), Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("KILN_CHECK_AS throws the kind asked for; KILN_CHECK stays a plain kiln::Error") {
+  auto check_value = [](int v) { KILN_CHECK_VALUE(v > 0, "v must be positive, got ", v); };
+  auto check_dist = [] { KILN_CHECK_DIST(false, "rank ", 1, " timed out"); };
+  auto check_plain = [] { KILN_CHECK(false, "plain"); };
+  CHECK_THROWS_AS(check_value(-1), ValueError);
+  CHECK_THROWS_WITH_AS(check_dist(), doctest::Contains("rank 1 timed out [test_error_kinds.cpp:"), DistributedError);
+  bool plain_is_subclass = true;
+  try {
+    check_plain();
+  } catch (const Error& e) {
+    plain_is_subclass = dynamic_cast<const ValueError*>(&e) || dynamic_cast<const IndexError*>(&e) ||
+                        dynamic_cast<const IOError*>(&e) || dynamic_cast<const DistributedError*>(&e);
+  }
+  CHECK_FALSE(plain_is_subclass);
+  check_value(1);
+}
