@@ -19,8 +19,8 @@ rm -rf "$out" && mkdir -p "$out"
 # gpt-tiny narrowed to 1 layer of 64 dims: the largest shape that gets close to the floor in about
 # two minutes on 2 CPU cores (the 4-layer, 128-dim preset needs far more steps to find the copy rule).
 "$apps/train_gpt" --model gpt-tiny --n-layer 1 --n-embd 64 --train "$out/data/train_*.bin" \
-  --val "$out/data/val_*.bin" --batch-size 8 --seq-len 128 --steps 1200 --warmup-steps 10 --lr 1e-2 \
-  --min-lr 1e-3 --log-every 100 --eval-every 600 --eval-tokens 32768 --checkpoint-dir "$out/ckpt" \
+  --val "$out/data/val_*.bin" --batch-size 8 --seq-len 128 --steps 3000 --warmup-steps 10 --lr 1e-2 \
+  --min-lr 1e-3 --log-every 200 --eval-every 1000 --eval-tokens 32768 --checkpoint-dir "$out/ckpt" \
   --metrics "$out/metrics.jsonl" --loss-svg "$out/loss.svg"
 
 echo "--- sample_gpt (the copy structure shows as repeats 2-3 characters apart):"
