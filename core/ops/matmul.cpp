@@ -24,11 +24,13 @@ namespace {
 using Eigen::Dynamic;
 
 // Note [GEMM threading]
-// A batch of small matrices is split over threads with parallel_for, one whole GEMM per
-// iteration; inside that OpenMP region Eigen sees omp_get_num_threads() > 1 and stays on one
-// thread, so nothing nests. Bigger matrices run one after another and Eigen threads each product
-// itself (Eigen::setNbThreads(num_threads())). Every matrix is computed by Eigen whole, so a
-// result depends on the thread count only as far as Eigen's own blocking does.
+// Kiln threads its products itself and Eigen always runs single-threaded: Eigen's own parallel
+// GEMM synchronises its threads by spinning once per packed block, which collapses when the
+// machine is busy (a descheduled thread stalls the other). A batch of at least num_threads()
+// matrices (or of small ones) is split over threads with parallel_for, one whole GEMM per
+// iteration, so results do not depend on the thread count. A single big product is split into
+// row blocks (column blocks when it has few rows), one fork-join per product; each block is its
+// own Eigen GEMM, so results depend on the thread count only as far as Eigen's blocking does.
 constexpr double kSmallGemmWork = 128.0 * 128.0 * 128.0;  // M*N*K below which the batch is split
 
 // How Eigen sees one (rows, cols) operand: row-major (unit stride along a row) or column-major
@@ -72,10 +74,11 @@ void with_eigen_map(const T* p, const MatLayout& l, F&& f) {
     f(ConstMatMap<T, Eigen::ColMajor>(p, l.rows, l.cols, Eigen::OuterStride<>(l.outer)));
 }
 
-// c (la.rows, lb.cols), contiguous row-major: c = a @ b, or c += a @ b when accumulating.
+// c (la.rows, lb.cols), row-major with row stride ldc: c = a @ b, or c += a @ b when accumulating.
 template <class T>
-void gemm(const T* a, const MatLayout& la, const T* b, const MatLayout& lb, T* c, bool accumulate) {
-  Eigen::Map<Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>> C(c, la.rows, lb.cols);
+void gemm(const T* a, const MatLayout& la, const T* b, const MatLayout& lb, T* c, int64_t ldc, bool accumulate) {
+  Eigen::Map<Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>> C(
+      c, la.rows, lb.cols, Eigen::OuterStride<>(ldc));
   with_eigen_map(a, la, [&](const auto& A) {
     with_eigen_map(b, lb, [&](const auto& B) {
       if (accumulate)
@@ -83,6 +86,44 @@ void gemm(const T* a, const MatLayout& la, const T* b, const MatLayout& lb, T* c
       else
         C.noalias() = A * B;
     });
+  });
+}
+
+// Rows [r0, r1) of a, or columns [c0, c1) of b, as their own operand.
+MatLayout row_block(const MatLayout& l, int64_t r0, int64_t r1, int64_t& offset) {
+  offset = l.row_major ? r0 * l.outer : r0;
+  return MatLayout{r1 - r0, l.cols, l.row_major, l.outer};
+}
+MatLayout col_block(const MatLayout& l, int64_t c0, int64_t c1, int64_t& offset) {
+  offset = l.row_major ? c0 : c0 * l.outer;
+  return MatLayout{l.rows, c1 - c0, l.row_major, l.outer};
+}
+
+// One product c (contiguous, la.rows x lb.cols) split over threads, see Note [GEMM threading].
+template <class T>
+void threaded_gemm(const T* a, const MatLayout& la, const T* b, const MatLayout& lb, T* c, bool accumulate) {
+  const int64_t m = la.rows, n = lb.cols, threads = num_threads();
+  const double work = double(m) * double(n) * double(la.cols);
+  if (threads <= 1 || work < kSmallGemmWork) {
+    gemm<T>(a, la, b, lb, c, n, accumulate);
+    return;
+  }
+  constexpr int64_t kAlign = 16;  // block edges on multiples of the register block
+  const bool by_rows = m >= n || m >= threads * 4 * kAlign;
+  const int64_t extent = by_rows ? m : n;
+  const int64_t per = std::max<int64_t>(kAlign, (extent / threads + kAlign - 1) / kAlign * kAlign);
+  parallel_for(0, (extent + per - 1) / per, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t e0 = i * per, e1 = std::min(extent, e0 + per);
+      int64_t off = 0;
+      if (by_rows) {
+        const MatLayout block = row_block(la, e0, e1, off);
+        gemm<T>(a + off, block, b, lb, c + e0 * n, n, accumulate);
+      } else {
+        const MatLayout block = col_block(lb, e0, e1, off);
+        gemm<T>(a, la, b + off, block, c + e0, n, accumulate);
+      }
+    }
   });
 }
 
@@ -132,10 +173,10 @@ void batched_product(const Tensor& a, const Tensor& b, const Tensor& out, const 
   const MatLayout lb = *eigen_layout(b);
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
-  Eigen::setNbThreads(num_threads());  // see Note [GEMM threading]
+  Eigen::setNbThreads(1);  // see Note [GEMM threading]
 
   if (auto rs = folded_row_stride(a, b)) {
-    gemm<T>(pa, MatLayout{rows, k, true, std::max(*rs, k)}, pb, lb, c, accumulate);
+    threaded_gemm<T>(pa, MatLayout{rows, k, true, std::max(*rs, k)}, pb, lb, c, accumulate);
     return;
   }
   const MatLayout la = *eigen_layout(a);
@@ -155,15 +196,16 @@ void batched_product(const Tensor& a, const Tensor& b, const Tensor& out, const 
       idx[d] = 0;
     }
   }
-  auto one = [&](int64_t i) { gemm<T>(pa + off_a[i], la, pb + off_b[i], lb, c + i * m * n, accumulate); };
+  auto one = [&](int64_t i) { gemm<T>(pa + off_a[i], la, pb + off_b[i], lb, c + i * m * n, n, accumulate); };
   const double work = double(m) * double(n) * double(k);
-  if (count > 1 && work < kSmallGemmWork) {
+  if (count > 1 && (work < kSmallGemmWork || count >= num_threads())) {
     const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(double(kGrainSize) / work));
     parallel_for(0, count, grain, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) one(i);
     });
   } else {
-    for (int64_t i = 0; i < count; ++i) one(i);
+    for (int64_t i = 0; i < count; ++i)
+      threaded_gemm<T>(pa + off_a[i], la, pb + off_b[i], lb, c + i * m * n, accumulate);
   }
 }
 
