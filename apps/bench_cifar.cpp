@@ -16,11 +16,16 @@
 
 #include <kiln/kiln.h>
 
+#include "bench_util.h"
+
 #ifndef KILN_BENCH_CIFAR_PY
 #define KILN_BENCH_CIFAR_PY "bench_cifar.py"
 #endif
 
 using namespace kiln;
+
+using bench::median_seconds;
+using bench::run_command;
 
 namespace {
 
@@ -29,30 +34,6 @@ struct Case {
   int64_t batch;
   double kiln = 0, torch = 0;  // images/s, best round
 };
-
-double median_seconds(const std::function<void()>& fn, int min_iters) {
-  fn();
-  fn();
-  std::vector<double> times;
-  auto since = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  const auto start = std::chrono::steady_clock::now();
-  while (int(times.size()) < min_iters || since(start) < 0.5) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(since(t0));
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-std::string run_command(const std::string& cmd) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  KILN_CHECK(pipe != nullptr, "bench_cifar: could not run ", cmd);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
-  return out;
-}
 
 // images/s of one training step of the named model at `batch`, f32 on the CPU.
 double kiln_images_per_s(const std::string& name, int64_t batch, int min_iters) {

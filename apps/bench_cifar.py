@@ -6,25 +6,10 @@ momentum 0.9, weight decay 5e-4). Prints {"images_per_s": ..., "torch": ..., "th
 """
 import argparse
 import json
-import os
-import time
 
+from bench_util import median_seconds, tune_openblas  # noqa: E402
 
-def _tune_openblas():
-    """As bench_ops.py: keep OpenBLAS from misdetecting this virtual CPU."""
-    if "OPENBLAS_CORETYPE" in os.environ:
-        return
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return
-    if " avx512f" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-    elif " avx2" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-
-
-_tune_openblas()
+tune_openblas()
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -62,19 +47,6 @@ class CifarCnn(nn.Module):
         for g in self.groups:
             x = g(x)
         return self.head(x.amax(dim=(2, 3))) * self.head_scale
-
-
-def median_seconds(fn, min_iters, min_time=0.5):
-    fn()
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():

@@ -14,11 +14,15 @@
 
 #include <kiln/kiln.h>
 
+#include "bench_util.h"
+
 #ifndef KILN_BENCH_GPT_PY
 #define KILN_BENCH_GPT_PY "bench_gpt.py"
 #endif
 
 using namespace kiln;
+
+using bench::run_command;
 
 namespace {
 
@@ -35,15 +39,6 @@ std::vector<BenchConfig> bench_configs() {
   ten.n_embd = 384;
   ten.block_size = 256;
   return {{"gpt-tiny", models::gpt_config("gpt-tiny")}, {"gpt-10m", ten}};
-}
-
-std::string run_command(const std::string& cmd) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  KILN_CHECK(pipe != nullptr, "bench_gpt: could not run ", cmd);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
-  return out;
 }
 
 // Median seconds of `steps` timed training steps after `warmup` untimed ones.

@@ -5,25 +5,11 @@ the C++ side passes. Prints one JSON object {"step_s", "params", "torch", "threa
 import argparse
 import json
 import math
-import os
 import time
 
+from bench_util import tune_openblas  # noqa: E402
 
-def _tune_openblas():
-    """As in bench_ops.py: OpenBLAS misdetects this virtual CPU; point it at the right kernels."""
-    if "OPENBLAS_CORETYPE" in os.environ:
-        return
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return
-    if " avx512f" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-    elif " avx2" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-
-
-_tune_openblas()
+tune_openblas()
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

@@ -16,37 +16,18 @@
 
 #include <kiln/kiln.h>
 
+#include "bench_util.h"
+
 #ifndef KILN_BENCH_OPS_PY
 #define KILN_BENCH_OPS_PY "bench_ops.py"
 #endif
 
 using namespace kiln;
 
+using bench::median_seconds;
+using bench::run_command;
+
 namespace {
-
-double median_seconds(const std::function<void()>& fn) {
-  fn();
-  fn();
-  std::vector<double> times;
-  auto start = std::chrono::steady_clock::now();
-  auto since = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  while (times.size() < 5 || since(start) < 0.5) {
-    auto t0 = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(since(t0));
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-std::string run_command(const std::string& cmd) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  KILN_CHECK(pipe != nullptr, "bench_ops: could not run ", cmd);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
-  return out;
-}
 
 struct Row {
   std::string name, unit;

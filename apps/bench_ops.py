@@ -5,25 +5,10 @@ Prints one JSON object {"name": value} (GFLOP/s for gemm, GB/s for the rest) on 
 import argparse
 import json
 import os
-import time
 
+from bench_util import median_seconds, tune_openblas  # noqa: E402
 
-def _tune_openblas():
-    """If torch's BLAS is OpenBLAS, make sure it uses this CPU's kernels: on virtual machines it can
-    misdetect the CPU (e.g. as Prescott, SSE3 only), which would make the reference look slow."""
-    if "OPENBLAS_CORETYPE" in os.environ:
-        return
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return
-    if " avx512f" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-    elif " avx2" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-
-
-_tune_openblas()
+tune_openblas()
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -42,19 +27,6 @@ def blas_library():
     return "unknown"
 
 
-def timeit(fn, min_time=0.5, min_iters=5):
-    fn()
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -66,16 +38,16 @@ def main():
     g = torch.Generator().manual_seed(0)
     for n in [int(s) for s in args.gemm.split(",") if s]:
         a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
-        out[f"gemm_{n}"] = 2 * n ** 3 / timeit(lambda: torch.matmul(a, b)) / 1e9
+        out[f"gemm_{n}"] = 2 * n ** 3 / median_seconds(lambda: torch.matmul(a, b)) / 1e9
     n = args.elements
     x, y = torch.randn(n, generator=g), torch.randn(n, generator=g)
-    out["add"] = 12 * n / timeit(lambda: torch.add(x, y)) / 1e9
-    out["mul_scalar"] = 8 * n / timeit(lambda: torch.mul(x, 1.5)) / 1e9
-    out["exp"] = 8 * n / timeit(lambda: torch.exp(x)) / 1e9
-    out["gelu_tanh"] = 8 * n / timeit(lambda: F.gelu(x, approximate="tanh")) / 1e9
+    out["add"] = 12 * n / median_seconds(lambda: torch.add(x, y)) / 1e9
+    out["mul_scalar"] = 8 * n / median_seconds(lambda: torch.mul(x, 1.5)) / 1e9
+    out["exp"] = 8 * n / median_seconds(lambda: torch.exp(x)) / 1e9
+    out["gelu_tanh"] = 8 * n / median_seconds(lambda: F.gelu(x, approximate="tanh")) / 1e9
     cols = min(n, 4096)
     s = x[: n // cols * cols].view(-1, cols)
-    out["softmax"] = 8 * n / timeit(lambda: torch.softmax(s, dim=-1)) / 1e9
+    out["softmax"] = 8 * n / median_seconds(lambda: torch.softmax(s, dim=-1)) / 1e9
     out["torch"] = torch.__version__
     out["threads"] = torch.get_num_threads()
     out["blas"] = blas_library()
