@@ -45,6 +45,13 @@ inline Tensor grad_leaf(const Shape& shape, uint64_t seed, double lo = -2.0, dou
 }
 inline Tensor grad_leaf(const Shape& shape, uint64_t seed, DType dtype) { return grad_leaf(shape, seed, -2.0, 2.0, dtype); }
 
+// The names of (name, tensor) entries, in order (state_dict, named_parameters, ...).
+inline std::vector<std::string> names(const std::vector<std::pair<std::string, Tensor>>& entries) {
+  std::vector<std::string> out;
+  for (const auto& e : entries) out.push_back(e.first);
+  return out;
+}
+
 // Visits every multi-index of `shape` in row-major order.
 inline void for_each_index(const Shape& shape, const std::function<void(const std::vector<int64_t>&)>& fn) {
   int64_t n = shape_numel(shape);

@@ -12,15 +12,10 @@
 
 using namespace kiln;
 using test::at;
+using test::names;
 using test::values;
 
 namespace {
-
-std::vector<std::string> names(const nn::NamedTensors& entries) {
-  std::vector<std::string> out;
-  for (const auto& e : entries) out.push_back(e.first);
-  return out;
-}
 
 void check_within(const Tensor& t, double bound, const char* what) {
   for (double v : values(t)) {

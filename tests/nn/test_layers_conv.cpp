@@ -12,15 +12,10 @@
 
 using namespace kiln;
 using test::at;
+using test::names;
 using test::values;
 
 namespace {
-
-std::vector<std::string> names(const nn::NamedTensors& entries) {
-  std::vector<std::string> out;
-  for (const auto& e : entries) out.push_back(e.first);
-  return out;
-}
 
 // Direct convolution: out[n][o][i][j] = b[o] + sum over the group's channels and kernel taps.
 std::vector<double> conv_ref(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t pad,

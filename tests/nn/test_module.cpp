@@ -11,6 +11,7 @@
 #include "test_util.h"
 
 using namespace kiln;
+using test::names;
 using kiln::test::values;
 
 namespace {
@@ -55,12 +56,6 @@ struct Net : nn::Module {
   std::shared_ptr<nn::ModuleList> h;
   Tensor scale;
 };
-
-std::vector<std::string> names(const nn::NamedTensors& entries) {
-  std::vector<std::string> out;
-  for (const auto& e : entries) out.push_back(e.first);
-  return out;
-}
 
 // Writes distinct values into every floating parameter/buffer so copies are observable.
 void scramble(nn::Module& m, double base) {
