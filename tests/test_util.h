@@ -129,6 +129,52 @@ inline void check_close(const Tensor& actual, const std::vector<double>& expecte
   check_close(values(actual), expected, rtol, atol, what);
 }
 
+// --- CUDA vs CPU ---------------------------------------------------------------------------
+// Tolerance for a CUDA result against the CPU one: the two paths round in different orders, so
+// bf16/f16 get their own rounding step and f32 a little more than one ulp; `tf32` widens f32.
+inline double cuda_rtol(DType t, bool tf32 = false) {
+  switch (t) {
+    case DType::f64: return 1e-10;
+    case DType::f32: return tf32 ? 3e-4 : 1e-5;
+    case DType::bf16: return 1e-2;
+    case DType::f16: return 2e-3;
+    default: return 0;
+  }
+}
+
+// An uninitialised CUDA tensor filled with NaN (floats) or 0x5A.. patterns (integers), so a
+// kernel that skips an element cannot pass by reading stale zeros.
+inline Tensor poisoned(const Shape& shape, DType dt, Device device = Device::cuda()) {
+  Tensor t = empty(shape, dt, device);
+  t.fill_(is_floating(dt) ? std::nan("") : (dt == DType::b8 ? 1.0 : 90.0));
+  return t;
+}
+
+// Copies a CPU input to the device; `strided` returns a non-contiguous view with the same values
+// (the data is stored transposed in its last two dims, or with a step of 2 for 1-d tensors).
+inline Tensor to_cuda(const Tensor& cpu, bool strided = false) {
+  if (!strided || cpu.numel() < 2) return cpu.to(Device::cuda());
+  if (cpu.dim() >= 2) {
+    Tensor t = cpu.transpose(-1, -2).contiguous().to(Device::cuda());
+    return t.transpose(-1, -2);
+  }
+  Tensor wide = zeros({cpu.numel() * 2}, cpu.dtype()).to(Device::cuda());
+  Tensor v = wide.slice(0, 0, cpu.numel() * 2, 2);
+  v.copy_(cpu.to(Device::cuda()));
+  return v;
+}
+
+// `gpu` (on the device) matches the CPU result `cpu` within rtol and atol = rtol (per element
+// |a - e| <= atol + rtol |e|), in shape and dtype too.
+inline void check_cuda_matches(const Tensor& gpu, const Tensor& cpu, double rtol, double atol = -1,
+                               const std::string& what = "") {
+  REQUIRE_MESSAGE(gpu.device().is_cuda(), what, ": result is on ", gpu.device().str(), ", expected cuda");
+  CHECK_MESSAGE(gpu.shape() == cpu.shape(), what, ": shape ", gpu.shape(), " vs CPU ", cpu.shape());
+  CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what, ": dtype ", dtype_name(gpu.dtype()), " vs CPU ",
+                dtype_name(cpu.dtype()));
+  check_close(values(gpu.to(Device::cpu())), values(cpu), rtol, atol < 0 ? rtol : atol, what);
+}
+
 }  // namespace kiln::test
 
 // The expression throws kiln::Error whose message contains every given substring.

@@ -10,6 +10,15 @@ class Tensor;
 
 namespace kiln::cuda {
 
+// True when Kiln was compiled with CUDA. Op fronts branch with
+//   if constexpr (cuda::kBuilt) if (x.device().is_cuda()) return cuda::softmax(x, dim);
+// so a build without CUDA never references the launchers (no stubs needed).
+#if KILN_WITH_CUDA
+inline constexpr bool kBuilt = true;
+#else
+inline constexpr bool kBuilt = false;
+#endif
+
 // Number of usable devices; 0 when built without CUDA or when there is no driver/GPU
 // (cudaGetDeviceCount then fails with error 35 or 100 rather than returning 0).
 int device_count();
