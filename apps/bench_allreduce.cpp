@@ -1,6 +1,7 @@
 // bench_allreduce: f32 sum allreduce time and bandwidth for sizes 1 KiB .. 256 MiB (powers of 4),
 // printed by rank 0 with nccl-tests' definitions: algbw = bytes / time, busbw = algbw * 2(n-1)/n.
-// Run it under a launcher (kiln-run, torchrun, srun, mpirun) or with --spawn N local ranks.
+// Run it under a launcher (kiln-run, torchrun, srun, mpirun) or with --spawn N local ranks (Gloo).
+// With --backend nccl (or auto on a GPU machine) the tensors live on each rank's GPU.
 #include <CLI/CLI.hpp>
 
 #include <sys/wait.h>
@@ -42,6 +43,11 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Work::wait() on NCCL only orders the caller's stream; the host clock needs the device done.
+void sync(dist::ProcessGroup& pg) {
+  if (pg.device().is_cuda()) cuda::current_stream(pg.device().index).synchronize();
+}
+
 // Every rank runs this; rank 0 prints. Iteration counts are agreed through a broadcast from
 // rank 0 so all ranks issue the same collectives.
 void run(dist::ProcessGroup& pg, const Config& cfg) {
@@ -53,7 +59,7 @@ void run(dist::ProcessGroup& pg, const Config& cfg) {
   }
   for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= 4) {
     int64_t numel = bytes / 4;
-    Tensor t = ones({numel});
+    Tensor t = ones({numel}, TensorOptions(DType::f32).device(pg.device()));
     pg.allreduce(t)->wait();  // warm-up, and a correctness check
     KILN_CHECK(t.to_vector<float>()[numel - 1] == float(n), "bench_allreduce: the sum of ones over ", n,
                " ranks came out as ", t.to_vector<float>()[numel - 1]);
@@ -62,7 +68,9 @@ void run(dist::ProcessGroup& pg, const Config& cfg) {
     // Probe: time a few iterations on rank 0 and agree on the count.
     double t0 = now_seconds();
     for (int k = 0; k < 3; ++k) pg.allreduce(t)->wait();
-    Tensor iters = full({1}, std::clamp(cfg.min_seconds / ((now_seconds() - t0) / 3), 5.0, 10000.0), DType::i64);
+    sync(pg);
+    Tensor iters = full({1}, std::clamp(cfg.min_seconds / ((now_seconds() - t0) / 3), 5.0, 10000.0),
+                        TensorOptions(DType::i64).device(pg.device()));
     pg.broadcast(iters, 0)->wait();
     int64_t count = iters.item<int64_t>();
 
@@ -72,6 +80,7 @@ void run(dist::ProcessGroup& pg, const Config& cfg) {
     works.reserve(count);
     for (int64_t k = 0; k < count; ++k) works.push_back(pg.allreduce(t));
     for (auto& w : works) w->wait();
+    sync(pg);
     double per = (now_seconds() - t0) / double(count);
     if (pg.rank() == 0) {
       double algbw = double(bytes) / per / 1e9;

@@ -12,5 +12,6 @@
 #include <kiln/core/shape.h>
 #include <kiln/core/tensor.h>
 #include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/stream.h>
 #include <kiln/core/ops/ops.h>
 #include <kiln/core/io/safetensors.h>

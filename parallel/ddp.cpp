@@ -116,24 +116,28 @@ void DistributedDataParallel::verify_same_model_across_ranks() {
   auto params = module_->named_parameters();
   auto buffers = module_->named_buffers();
   std::string text = describe(params, buffers);
-  Tensor mine = from_vector(std::vector<int64_t>{int64_t(params.size() + buffers.size()), fingerprint(text)}, {2});
-  Tensor all = zeros({2 * int64_t(size)}, DType::i64);
+  // Collectives run on the group's device; the host reads the results back.
+  const Device dev = group_->device();
+  Tensor mine = from_vector(std::vector<int64_t>{int64_t(params.size() + buffers.size()), fingerprint(text)}, {2}).to(dev);
+  Tensor all = zeros({2 * int64_t(size)}, TensorOptions(DType::i64).device(dev));
   group_->allgather(all, mine)->wait();
   std::vector<int64_t> prints = all.to_vector<int64_t>();
   bool same = true;
   for (int r = 1; r < size; ++r) same = same && prints[2 * r] == prints[0] && prints[2 * r + 1] == prints[1];
   if (same) return;
 
-  Tensor len = from_vector(std::vector<int64_t>{int64_t(text.size())}, {1});
-  Tensor lens = zeros({int64_t(size)}, DType::i64);
+  Tensor len = from_vector(std::vector<int64_t>{int64_t(text.size())}, {1}).to(dev);
+  Tensor lens = zeros({int64_t(size)}, TensorOptions(DType::i64).device(dev));
   group_->allgather(lens, len)->wait();
   std::vector<int64_t> lengths = lens.to_vector<int64_t>();
   int64_t longest = 1;
   for (int64_t l : lengths) longest = std::max(longest, l);
   Tensor bytes = zeros({longest}, DType::u8);
   std::memcpy(bytes.data_ptr(), text.data(), text.size());
-  Tensor gathered = zeros({longest * size}, DType::u8);
+  bytes = bytes.to(dev);
+  Tensor gathered = zeros({longest * size}, TensorOptions(DType::u8).device(dev));
   group_->allgather(gathered, bytes)->wait();
+  gathered = gathered.to(Device::cpu());
   const char* base = static_cast<const char*>(gathered.data_ptr());
   std::vector<Entry> ref = parse(std::string(base, size_t(lengths[0])));
   for (int r = 1; r < size; ++r) {

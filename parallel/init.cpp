@@ -1,12 +1,14 @@
-// init_process_group: environment -> TCP store -> backend process group. "auto" means the
-// backend for the device Kiln trains on; until the CUDA backend brings its NCCL process group,
-// that is Gloo everywhere, and asking for "nccl" explicitly fails with an error that says so.
+// init_process_group: environment -> TCP store -> backend process group. "auto" means NCCL when
+// Kiln was built with CUDA and this process sees a usable device, else Gloo.
 #include <kiln/parallel/init.h>
 
 #include <unistd.h>
 
+#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/stream.h>
 #include <kiln/core/error.h>
 #include <kiln/parallel/gloo_process_group.h>
+#include <kiln/parallel/nccl_process_group.h>
 
 namespace kiln::dist {
 namespace {
@@ -26,7 +28,8 @@ std::string gloo_hostname(const std::string& master_addr) {
 std::string resolve_backend(const std::string& requested) {
   KILN_CHECK(requested == "auto" || requested == "gloo" || requested == "nccl", "init_process_group: unknown backend \"",
              requested, "\"; expected \"auto\", \"gloo\" or \"nccl\"");
-  return requested == "auto" ? "gloo" : requested;
+  if (requested != "auto") return requested;
+  return cuda::is_available() ? "nccl" : "gloo";
 }
 
 }  // namespace
@@ -34,14 +37,27 @@ std::string resolve_backend(const std::string& requested) {
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   EnvInfo env = read_env(options);
   std::string backend = resolve_backend(options.backend_);
-  KILN_CHECK(backend != "nccl", "init_process_group: backend \"nccl\" is not available yet: NCCL support arrives "
-             "with the CUDA backend; pass backend \"gloo\" for CPU collectives");
+  if (backend == "nccl") {
+    KILN_CHECK_DIST(cuda::kBuilt, "init_process_group: backend \"nccl\" needs Kiln built with CUDA "
+                    "(configure with -DKILN_CUDA=ON); pass backend \"gloo\" for CPU collectives");
+    KILN_CHECK_DIST(cuda::is_available(), "init_process_group: backend \"nccl\" needs a usable CUDA device, and ",
+                    cuda::build_info(), "; pass backend \"gloo\" for CPU collectives");
+  }
   auto store = make_tcp_store(TCPStoreOptions()
                                   .host(env.master_addr)
                                   .port(static_cast<uint16_t>(env.master_port))
                                   .is_server(env.rank == 0)
                                   .timeout(options.timeout_));
   store->set_timeout(options.timeout_);
+  if constexpr (cuda::kBuilt) {
+    if (backend == "nccl") {
+      // One device per local rank, as torchrun users set with torch.cuda.set_device(local_rank).
+      int device = env.local_rank % cuda::device_count();
+      cuda::set_device(device);
+      return make_nccl_process_group(store, env.rank, env.world_size,
+                                     NcclOptions().timeout(options.timeout_).device(device));
+    }
+  }
   return make_gloo_process_group(store, env.rank, env.world_size,
                                  GlooOptions().timeout(options.timeout_).hostname(gloo_hostname(env.master_addr)));
 }

@@ -8,6 +8,7 @@
 #include <kiln/parallel/gloo_process_group.h>
 #include <kiln/parallel/init.h>
 #include <kiln/parallel/launcher.h>
+#include <kiln/parallel/nccl_process_group.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/store.h>
 #include <kiln/parallel/trainer.h>

@@ -40,6 +40,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   virtual std::string backend() const = 0;
+  // Where the tensors handed to this group live: the CPU for Gloo, the rank's GPU for NCCL.
+  virtual Device device() const { return Device::cpu(); }
 
   // In place on `tensor` (contiguous; same shape and dtype on every rank).
   virtual std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options = {}) = 0;

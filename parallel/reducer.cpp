@@ -204,7 +204,8 @@ void Reducer::launch(size_t b) {
   Bucket& bucket = buckets_[b];
   int rank = group_->rank();
   bool hooked = static_cast<bool>(comm_hook_);
-  Tensor tail = hooked ? zeros({tail_size(b)}, DType::f64) : bucket.flat.narrow(0, bucket.numel, tail_size(b));
+  Tensor tail = hooked ? zeros({tail_size(b)}, TensorOptions(DType::f64).device(bucket.flat.device()))
+                       : bucket.flat.narrow(0, bucket.numel, tail_size(b));
   NoGradGuard no_grad;
   tail.zero_();
   sequence_[b] = group_->sequence_number();
@@ -353,7 +354,7 @@ void Reducer::rebuild_in_arrival_order() {
     if (!seen[j]) arrival_.push_back(j);
   // Every rank must bucket identically: rank 0's order wins.
   std::vector<int64_t> order64(arrival_.begin(), arrival_.end());
-  Tensor order = from_vector(order64, {int64_t(order64.size())});
+  Tensor order = from_vector(order64, {int64_t(order64.size())}).to(group_->device());
   group_->broadcast(order, 0)->wait();
   std::vector<int64_t> agreed = order.to_vector<int64_t>();
   arrival_.clear();

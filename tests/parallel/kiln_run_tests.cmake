@@ -32,3 +32,17 @@ add_test(NAME parallel_dist_kill
                  $<TARGET_FILE:dist_worker>)
 list(APPEND _dist_tests parallel_dist_kill)
 set_tests_properties(${_dist_tests} PROPERTIES LABELS "${_kiln_run_labels}" TIMEOUT 60)
+
+# The same scenarios on the GPU over NCCL (label gpu): two ranks sharing one device, each posing
+# as its own host (KILN_TEST_ONE_GPU=1, see dist_worker.cpp). Skipped (exit 77) without a GPU.
+if(KILN_WITH_CUDA)
+  set(_nccl_tests "")
+  foreach(_scenario collectives equivalence accumulate bucket_view batchnorm)
+    add_test(NAME parallel_cuda_nccl_${_scenario}
+             COMMAND /bin/sh -c "\"$0\" --probe-cuda >/dev/null || exit 77; KILN_TEST_ONE_GPU=1 exec \"$1\" \
+--nproc-per-node 2 --standalone \"$0\" ${_scenario} --device cuda"
+                     $<TARGET_FILE:dist_worker> $<TARGET_FILE:kiln-run>)
+    list(APPEND _nccl_tests parallel_cuda_nccl_${_scenario})
+  endforeach()
+  set_tests_properties(${_nccl_tests} PROPERTIES LABELS "parallel;dist;gpu" SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()

@@ -1,0 +1,42 @@
+// The NCCL process group: CUDA collectives (c10d's ProcessGroupNCCL). Built only with CUDA; this
+// header has no CUDA includes. Rank 0 makes the NCCL unique id and shares it through the store
+// (key "nccl/uid"); every rank then joins one communicator on `device`.
+//
+// Streams: each collective runs on the group's own high-priority communication stream, after
+// that stream waits for the caller's current stream (so it sees the values the caller's kernels
+// produce). Work::wait() makes the caller's current stream wait for the collective; it does not
+// block the host (as torch), unless NcclOptions::blocking_wait is set. The tensors a collective
+// uses are recorded on the communication stream with the caching allocator, so freeing them early
+// cannot hand their memory to another kernel before the collective is done.
+//
+// Failures: a collective whose Work is waited on with blocking_wait (or any call to
+// ProcessGroup::barrier(), which always blocks) polls ncclCommGetAsyncError and the stream; after
+// `timeout` it aborts the communicator and throws a DistributedError naming the collective and its
+// sequence number. A dead peer is therefore reported instead of hanging the job.
+#pragma once
+
+#include <memory>
+
+#include <kiln/parallel/process_group.h>
+#include <kiln/parallel/store.h>
+
+namespace kiln::dist {
+
+struct NcclOptions {
+  Millis timeout_ = kDefaultTimeout;
+  int device_ = -1;             // CUDA device of this rank; -1: the current device
+  bool blocking_wait_ = false;  // Work::wait() blocks the host (and enforces the timeout)
+  NcclOptions& timeout(Millis t) { timeout_ = t; return *this; }
+  NcclOptions& device(int d) { device_ = d; return *this; }
+  NcclOptions& blocking_wait(bool b) { blocking_wait_ = b; return *this; }
+};
+
+// Tensors are CUDA tensors on the group's device, contiguous; dtypes f32, f64, bf16, f16, i64,
+// i32, u8. avg uses ncclAvg (floating dtypes only, like the Gloo group).
+std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      const NcclOptions& options = {});
+
+// "NCCL 2.28.3" or "built without NCCL".
+std::string nccl_version();
+
+}  // namespace kiln::dist
