@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: configure and build with CUDA, run every `gpu` test, run the GPU
+# benchmarks (Kiln vs PyTorch side by side), and print a short table last.
+#
+# On the device machine (see README, "Checking on a GPU"): prepare .deps on the development
+# machine with ../shared/device/prepare-deps.sh, carry .deps, then run
+#     bash scripts/gpu-check.sh            # everything (about 8 minutes on an H100)
+#     bash scripts/gpu-check.sh --tests    # build + gpu tests only
+# Logs go to $OUT/gpu-check (the device tool brings $OUT back) or build-gpu/gpu-check.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+mode=${1:-all}
+[ -f .deps/env.sh ] && source .deps/env.sh
+build=${KILN_BUILD_DIR:-$root/build-gpu}
+logs=${OUT:-$build}/gpu-check
+mkdir -p "$logs"
+py=${KILN_PYTHON:-$(command -v python3)}
+summary=()
+note() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
+
+nvidia-smi -L 2>/dev/null | tee "$logs/gpu.txt" || echo "nvidia-smi: not found" | tee "$logs/gpu.txt"
+
+start=$(date +%s)
+cmake -S . -B "$build" -G Ninja ${KILN_DEVICE_CMAKE_ARGS:--DCMAKE_BUILD_TYPE=Release} -DKILN_CUDA=ON \
+  >"$logs/configure.txt" 2>&1 || { tail -30 "$logs/configure.txt"; echo "gpu-check: configure failed"; exit 1; }
+if ! cmake --build "$build" -j "$(nproc)" >"$logs/build.txt" 2>&1; then
+  grep -E "error|FAILED" "$logs/build.txt" | head -40
+  echo "gpu-check: build failed (log: $logs/build.txt)"
+  exit 1
+fi
+note "build" "ok in $(( $(date +%s) - start )) s"
+
+# Every gpu-labelled test (kernels vs the CPU, NCCL ranks sharing the one GPU).
+ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 >"$logs/gpu-tests.txt" 2>&1
+tests_rc=$?
+grep -E "tests passed|tests failed" "$logs/gpu-tests.txt" | tail -1
+grep -E "\*\*\*Failed|\*\*\*Exception|Timeout|Not Run" "$logs/gpu-tests.txt" | head -30
+note "gpu tests" "$(grep -E 'tests passed' "$logs/gpu-tests.txt" | tail -1)"
+skipped=$(grep -c "Skipped" "$logs/gpu-tests.txt" || true)
+[ "$skipped" -gt 0 ] && note "gpu tests skipped" "$skipped (no usable GPU seen by the tests?)"
+
+if [ "$mode" != "--tests" ]; then
+  # Kernels vs PyTorch.
+  "$build/apps/bench_cuda" --python "$py" 2>&1 | tee "$logs/bench_cuda.txt"
+
+  # NCCL allreduce bandwidth, two ranks on the one GPU (each posing as its own host).
+  KILN_TEST_ONE_GPU=1 "$build/apps/kiln-run" --nproc-per-node 2 --standalone /bin/sh -c \
+    'NCCL_HOSTID=kiln-bench-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 exec "$0" --backend nccl --max-bytes 268435456 --min-seconds 0.2' \
+    "$build/apps/bench_allreduce" 2>&1 | tee "$logs/bench_allreduce.txt"
+  note "nccl allreduce 256 MiB (2 ranks, 1 GPU)" "$(grep -E '^ *256 MiB' "$logs/bench_allreduce.txt" | awk '{print $NF " GB/s busbw"}')"
+
+  # Whole-model training step, Kiln vs PyTorch, on the GPU.
+  if "$build/apps/bench_gpt" --help 2>/dev/null | grep -q -- "--device"; then
+    "$build/apps/bench_gpt" --device cuda --python "$py" 2>&1 | tee "$logs/bench_gpt.txt"
+    note "bench_gpt (cuda)" "$(grep -E 'x$' "$logs/bench_gpt.txt" | tail -1)"
+  fi
+fi
+
+echo
+echo "== gpu-check summary ($(head -1 "$logs/gpu.txt")) =="
+for s in "${summary[@]}"; do echo "$s"; done
+[ -f "$logs/bench_cuda.txt" ] && grep -E "^case|x$|^PyTorch" "$logs/bench_cuda.txt"
+exit $tests_rc
