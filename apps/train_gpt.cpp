@@ -46,6 +46,7 @@ struct Args {
 };
 
 constexpr double kCpuPeakFlopsPerThread = 1.6e11;  // one AVX-512 core: 2 FMA x 16 f32 lanes x 2.5 GHz
+constexpr double kHopperPeakBf16 = 989.4e12;      // H100/H200 SXM dense bf16 (TF32: half of it)
 
 bool launched_distributed() {
   for (const char* v : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
@@ -76,7 +77,7 @@ json config_json(const models::GPTConfig& c) {
 }
 
 // Mean loss over `batches` validation batches of this rank, averaged across ranks (collective).
-double evaluate(models::GPT& model, data::TokenLoader& loader, int64_t batches, DType amp,
+double evaluate(models::GPT& model, data::TokenLoader& loader, int64_t batches, DType amp, Device device,
                 const std::shared_ptr<dist::ProcessGroup>& group) {
   NoGradGuard no_grad;
   model.eval();
@@ -85,12 +86,12 @@ double evaluate(models::GPT& model, data::TokenLoader& loader, int64_t batches, 
   for (int64_t i = 0; i < batches; ++i) {
     data::TokenBatch b = loader.next();
     AutocastGuard autocast(amp == DType::f32 ? DType::bf16 : amp, amp != DType::f32);
-    sum += model.loss(b.x, b.y).to(DType::f64).item();
+    sum += model.loss(b.x.to(device), b.y.to(device)).to(DType::f64).item();
   }
   model.train();
   double mean = sum / double(batches);
   if (group && group->size() > 1) {
-    Tensor t = from_vector<double>({mean}, {1});
+    Tensor t = from_vector<double>({mean}, {1}).to(group->device());
     group->allreduce(t)->wait();
     mean = t.item() / group->size();
   }
@@ -146,7 +147,7 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
                "schedule, RNG, data cursor), if there is one");
   app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
-  app.add_option("--device", a.device, "cpu (cuda: the CUDA backend is not available yet)")
+  app.add_option("--device", a.device, "cpu or cuda (under a launcher each rank takes cuda:LOCAL_RANK)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads per process (0: OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);
@@ -155,12 +156,14 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
   app.add_option("--loss-svg", a.loss_svg, "write an SVG loss curve of this run at the end");
   app.add_option("--entropy-floor", floor_flag, "the data's entropy floor in nats/token, shown next to the loss "
                  "(default: read from floor.txt next to the --train shards, which kiln-make-shards --synthetic writes)");
-  app.add_option("--peak-flops", a.peak_flops, "the device's peak FLOP/s for MFU; default for the CPU: a rough "
-                 "1.6e11 per thread (one AVX-512 core's f32 FMA peak), so CPU MFU is only indicative");
+  app.add_option("--peak-flops", a.peak_flops, "one rank's peak FLOP/s for MFU; default for cuda: 989e12 (H100/H200 "
+                 "dense bf16; half for f32/TF32), for the CPU a rough 1.6e11 per thread (one AVX-512 core's f32 "
+                 "FMA peak), so CPU MFU is only indicative");
 }
 
 int run(Args a) {
-  KILN_CHECK(a.device == "cpu", "--device ", a.device, ": the CUDA backend is not available yet; use --device cpu");
+  KILN_CHECK(a.device == "cpu" || cuda::is_available(), "--device cuda: no usable CUDA device (",
+             cuda::build_info(), "); use --device cpu");
   if (a.threads > 0) set_num_threads(a.threads);
   const models::GPTConfig config = make_config(a);
   KILN_CHECK(a.eval_every == 0 || !a.val.empty(), "--eval-every needs --val shards");
@@ -170,7 +173,11 @@ int run(Args a) {
   KILN_CHECK(a.min_lr <= a.lr, "--min-lr ", a.min_lr, " exceeds --lr ", a.lr);
 
   std::shared_ptr<dist::ProcessGroup> group;
-  if (launched_distributed()) group = dist::init_process_group(dist::InitOptions().backend("gloo"));
+  // CPU ranks talk over Gloo, GPU ranks over NCCL (init_process_group picks cuda:LOCAL_RANK).
+  if (launched_distributed())
+    group = dist::init_process_group(dist::InitOptions().backend(a.device == "cuda" ? "nccl" : "gloo"));
+  const Device device = a.device == "cuda" ? (group ? group->device() : Device::cuda(0)) : Device::cpu();
+  if (device.is_cuda()) cuda::set_device(device.index);
   const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
   const bool main_rank = rank == 0;
 
@@ -191,6 +198,7 @@ int run(Args a) {
 
   default_generator().manual_seed(a.seed);
   auto model = std::make_shared<models::GPT>(models::GPTOptions(config).seed(a.seed));
+  model->to(device);  // before the optimizer and the trainer see the parameters
   std::vector<Tensor> decay, no_decay;
   for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   auto adamw = optim::AdamWOptions(a.lr).betas({0.9, 0.95}).eps(1e-8);
@@ -218,7 +226,9 @@ int run(Args a) {
   }
 
   const int64_t non_embedding = model->num_parameters(/*non_embedding=*/true);
-  const double peak = a.peak_flops > 0 ? a.peak_flops : kCpuPeakFlopsPerThread * num_threads() * world;
+  const double device_peak = device.is_cuda() ? (amp == DType::f32 ? kHopperPeakBf16 / 2 : kHopperPeakBf16)
+                                              : kCpuPeakFlopsPerThread * num_threads();
+  const double peak = a.peak_flops > 0 ? a.peak_flops * world : device_peak * world;
   const double flops_tok = apps::flops_per_token(config, non_embedding, a.seq_len);
   const int64_t end_step = a.stop_after > 0 ? std::min(a.stop_after, a.steps) : a.steps;
   apps::MetricsWriter metrics;
@@ -248,7 +258,7 @@ int run(Args a) {
   if (a.entropy_floor) std::snprintf(floor_text, sizeof floor_text, " (floor %.4f)", *a.entropy_floor);
   std::vector<apps::TrainPoint> train_curve, val_curve;
   auto run_eval = [&](int64_t step) {
-    double v = evaluate(*model, *val_loader, eval_batches, amp, group);
+    double v = evaluate(*model, *val_loader, eval_batches, amp, device, group);
     if (!main_rank) return;
     std::printf("step %5lld/%lld | val loss %.4f%s\n", (long long)step, (long long)a.steps, v, floor_text);
     std::fflush(stdout);
@@ -264,7 +274,7 @@ int run(Args a) {
     dist::StepStats s = trainer.step(
         [&](int) {
           data::TokenBatch b = train_loader.next();
-          return model->loss(b.x, b.y);
+          return model->loss(b.x.to(device), b.y.to(device));
         },
         dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
     window_seconds += s.seconds;

@@ -10,3 +10,10 @@ endforeach()
 set_tests_properties(apps_gpt_converge apps_gpt_resume apps_gpt_ddp PROPERTIES LABELS "apps;models;cpu")
 set_tests_properties(apps_gpt_converge PROPERTIES TIMEOUT 300)
 set_tests_properties(apps_gpt_resume apps_gpt_ddp PROPERTIES TIMEOUT 120)
+
+# On the GPU (CUDA builds): CPU-vs-CUDA agreement, bf16, NCCL ranks sharing the device.
+if(KILN_WITH_CUDA)
+  add_test(NAME apps_gpt_cuda
+           COMMAND /bin/bash ${_gpt_apps_dir}/gpt_cuda.sh ${_gpt_apps_bins} ${CMAKE_CURRENT_BINARY_DIR}/apps_gpt_cuda)
+  set_tests_properties(apps_gpt_cuda PROPERTIES LABELS "apps;models;gpu" SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()

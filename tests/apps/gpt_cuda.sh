@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# train_gpt on the GPU (label gpu; exit 77 = skipped without one):
+#  1. f32 on cuda follows the CPU run of the same config (losses and final weights within 2e-3:
+#     cuBLAS and the CUDA reductions sum in other orders, and 12 AdamW steps amplify that);
+#  2. bf16 autocast on cuda trains (final loss well below the first);
+#  3. two NCCL ranks sharing the GPU equal one process accumulating two micro-batches (1e-4).
+# Usage: gpt_cuda.sh BIN_DIR WORK_DIR
+set -euo pipefail
+bin=$1 work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+"$bin/kiln-make-shards" --synthetic --tokens 200000 --out "$work/data" >/dev/null
+common=(--train "$work/data/train_*.bin" --n-layer 2 --n-embd 64 --n-head 1 --batch-size 4 --seq-len 64
+        --total-batch-tokens 512 --steps 12 --warmup-steps 3 --lr 3e-3 --log-every 1 --threads 2)
+if ! "$bin/train_gpt" "${common[@]}" --device cuda --steps 1 --warmup-steps 0 >"$work/probe.txt" 2>&1; then
+  if grep -q "no usable CUDA device" "$work/probe.txt"; then
+    echo "SKIPPED: $(cat "$work/probe.txt")"
+    exit 77
+  fi
+  cat "$work/probe.txt"
+  exit 1
+fi
+"$bin/train_gpt" "${common[@]}" --device cpu --checkpoint-dir "$work/cpu" --metrics "$work/cpu.jsonl" >/dev/null
+"$bin/train_gpt" "${common[@]}" --device cuda --checkpoint-dir "$work/gpu" --metrics "$work/gpu.jsonl" >/dev/null
+python3 "$here/jsonl_losses.py" close "$work/cpu.jsonl" "$work/gpu.jsonl" \
+  "$work/cpu/step_12.safetensors" "$work/gpu/step_12.safetensors" 2e-3
+
+"$bin/train_gpt" "${common[@]}" --device cuda --dtype bf16 --steps 60 --metrics "$work/bf16.jsonl" >/dev/null
+python3 - "$work/bf16.jsonl" <<'PY'
+import json, sys
+losses = [o["loss"] for o in map(json.loads, open(sys.argv[1])) if o.get("type") == "train"]
+assert len(losses) >= 10, losses
+print("bf16 on cuda: first loss %.4f, last %.4f" % (losses[0], losses[-1]))
+assert losses[-1] < losses[0] - 0.5, "bf16 training on cuda did not learn"
+PY
+
+"$bin/train_gpt" "${common[@]}" --device cuda --checkpoint-dir "$work/one" --metrics "$work/one.jsonl" >/dev/null
+"$bin/kiln-run" --nproc-per-node 2 --standalone /bin/sh -c \
+  'NCCL_HOSTID=kiln-gpt-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 exec "$0" "$@"' "$bin/train_gpt" \
+  "${common[@]}" --device cuda --batch-size 4 --checkpoint-dir "$work/two" --metrics "$work/two.jsonl" \
+  | grep "world 2 x B 4 x T 64 x accum 1" >/dev/null
+python3 "$here/jsonl_losses.py" close "$work/one.jsonl" "$work/two.jsonl" \
+  "$work/one/step_12.safetensors" "$work/two/step_12.safetensors" 1e-4
+echo "gpt_cuda: all three checks passed"
