@@ -10,9 +10,10 @@ bin=$1 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 "$bin/kiln-make-shards" --synthetic --tokens 200000 --out "$work/data" >/dev/null
-common=(--train "$work/data/train_*.bin" --n-layer 2 --n-embd 64 --n-head 1 --batch-size 4 --seq-len 64
-        --total-batch-tokens 512 --steps 12 --warmup-steps 3 --lr 3e-3 --log-every 1 --threads 2)
-if ! "$bin/train_gpt" "${common[@]}" --device cuda --steps 1 --warmup-steps 0 >"$work/probe.txt" 2>&1; then
+base=(--train "$work/data/train_*.bin" --n-layer 2 --n-embd 64 --n-head 1 --seq-len 64 --total-batch-tokens 512
+      --lr 3e-3 --log-every 1 --threads 2)
+common=("${base[@]}" --batch-size 4 --steps 12 --warmup-steps 3)
+if ! "$bin/train_gpt" "${base[@]}" --batch-size 4 --device cuda --steps 1 --warmup-steps 0 >"$work/probe.txt" 2>&1; then
   if grep -q "no usable CUDA device" "$work/probe.txt"; then
     echo "SKIPPED: $(cat "$work/probe.txt")"
     exit 77
@@ -25,7 +26,8 @@ fi
 python3 "$here/jsonl_losses.py" close "$work/cpu.jsonl" "$work/gpu.jsonl" \
   "$work/cpu/step_12.safetensors" "$work/gpu/step_12.safetensors" 2e-3
 
-"$bin/train_gpt" "${common[@]}" --device cuda --dtype bf16 --steps 60 --metrics "$work/bf16.jsonl" >/dev/null
+"$bin/train_gpt" "${base[@]}" --batch-size 4 --warmup-steps 3 --device cuda --dtype bf16 --steps 60 \
+  --metrics "$work/bf16.jsonl" >/dev/null
 python3 - "$work/bf16.jsonl" <<'PY'
 import json, sys
 losses = [o["loss"] for o in map(json.loads, open(sys.argv[1])) if o.get("type") == "train"]
@@ -37,7 +39,7 @@ PY
 "$bin/train_gpt" "${common[@]}" --device cuda --checkpoint-dir "$work/one" --metrics "$work/one.jsonl" >/dev/null
 "$bin/kiln-run" --nproc-per-node 2 --standalone /bin/sh -c \
   'NCCL_HOSTID=kiln-gpt-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 exec "$0" "$@"' "$bin/train_gpt" \
-  "${common[@]}" --device cuda --batch-size 4 --checkpoint-dir "$work/two" --metrics "$work/two.jsonl" \
+  "${common[@]}" --device cuda --checkpoint-dir "$work/two" --metrics "$work/two.jsonl" \
   | grep "world 2 x B 4 x T 64 x accum 1" >/dev/null
 python3 "$here/jsonl_losses.py" close "$work/one.jsonl" "$work/two.jsonl" \
   "$work/one/step_12.safetensors" "$work/two/step_12.safetensors" 1e-4
