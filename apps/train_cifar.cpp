@@ -163,7 +163,9 @@ int run(const Args& a) {
   int local_rank = 0;
   if (launched) {
     local_rank = dist::read_env().local_rank;
-    group = dist::init_process_group(dist::InitOptions().backend(a.backend));
+    // auto: NCCL for GPU ranks, Gloo for CPU ranks.
+    std::string backend = a.backend != "auto" ? a.backend : (a.device == "cuda" ? "nccl" : "gloo");
+    group = dist::init_process_group(dist::InitOptions().backend(backend));
   }
   const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
   const bool main_rank = rank == 0;
@@ -173,7 +175,14 @@ int run(const Args& a) {
              a.grad_accum);
   const int64_t micro = per_rank / a.grad_accum;
   const DType amp = a.dtype == "bf16" ? DType::bf16 : DType::f32;
-  const Device device = a.device == "cuda" ? Device::cuda(local_rank) : Device::cpu();
+  KILN_CHECK(a.device == "cpu" || cuda::is_available(), "--device cuda: no usable CUDA device (", cuda::build_info(),
+             "); use --device cpu");
+  const Device device = a.device == "cuda" ? (group ? group->device() : Device::cuda(local_rank)) : Device::cpu();
+  if (device.is_cuda()) {
+    KILN_CHECK(device.index < cuda::device_count(), "--device cuda: local rank ", local_rank, " needs cuda:",
+               device.index, " but there are ", cuda::device_count(), " device(s)");
+    cuda::set_device(device.index);
+  }
 
   auto [train_set, test_set] = load_data(a, main_rank);
   auto train = std::make_shared<const data::Cifar10Dataset>(train_set);

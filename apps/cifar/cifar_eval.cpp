@@ -32,7 +32,7 @@ EvalCounts evaluate(models::CifarCnn& model, const data::Cifar10Dataset& test, d
     model.train();
   }
   if (group && world > 1) {
-    Tensor both = from_vector<double>({double(counts.correct), double(counts.total)}, Shape{2});
+    Tensor both = from_vector<double>({double(counts.correct), double(counts.total)}, Shape{2}).to(group->device());
     group->allreduce(both)->wait();
     counts.correct = static_cast<int64_t>(both.data<double>()[0]);
     counts.total = static_cast<int64_t>(both.data<double>()[1]);
