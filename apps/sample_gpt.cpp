@@ -30,6 +30,8 @@ struct Args {
   double temperature = 1.0;
   uint64_t seed = 42;
   int threads = 0;
+  std::string device = "cpu";
+  bool no_kv_cache = false;
 };
 
 // The model's shape: --config, else config.json next to the checkpoint (train_gpt writes it),
@@ -122,8 +124,12 @@ int64_t sample_next(std::vector<float> logits, const Args& a, std::mt19937_64& r
 int run(const Args& a) {
   if (a.threads > 0) set_num_threads(a.threads);
   const models::GPTConfig config = load_config(a);
+  KILN_CHECK(a.device == "cpu" || cuda::is_available(), "--device cuda: no usable CUDA device (", cuda::build_info(),
+             ")");
+  const Device device = a.device == "cuda" ? Device::cuda() : Device::cpu();
   models::GPT model(config);
   load_weights(model, a.checkpoint);
+  model.to(device);
   model.eval();
   std::optional<apps::BpeDecoder> bpe;
   if (!a.encoder.empty()) bpe.emplace(a.encoder);
@@ -138,12 +144,35 @@ int run(const Args& a) {
   for (int64_t id : ids) emit(id);
   std::mt19937_64 rng(a.seed);
   NoGradGuard no_grad;
+  auto ids_tensor = [&](std::vector<int64_t>::const_iterator from) {
+    return from_vector<int64_t>(std::vector<int64_t>(from, ids.cend()), {1, int64_t(ids.cend() - from)}).to(device);
+  };
+  // The last position's logits over the real vocabulary, as floats on the host.
+  auto last_logits = [&](const Tensor& logits) {
+    const int64_t t = logits.size(1);
+    return logits.select(1, t - 1).select(0, 0).narrow(0, 0, config.vocab_size).to(DType::f32).to_vector<float>();
+  };
+  models::GPTKVCache cache(model, 1);
+  bool primed = false;
   for (int64_t i = 0; i < a.tokens; ++i) {
-    const auto t = std::min<int64_t>(int64_t(ids.size()), config.block_size);  // crop to the context
-    std::vector<int64_t> window(ids.end() - t, ids.end());
-    Tensor logits = model.forward(from_vector<int64_t>(window, {1, t}));  // (1, t, padded vocab)
-    Tensor last = logits.select(1, t - 1).select(0, 0).narrow(0, 0, config.vocab_size).to(DType::f32).contiguous();
-    int64_t next = sample_next(last.to_vector<float>(), a, rng);
+    Tensor logits;
+    if (a.no_kv_cache) {
+      // The whole context again (cropped to the last block_size tokens).
+      const auto t = std::min<int64_t>(int64_t(ids.size()), config.block_size);
+      logits = model.forward(ids_tensor(ids.cend() - t));
+    } else {
+      if (cache.length() == cache.capacity()) cache.reset();  // full: re-prime with the last half block
+      if (cache.length() == 0) {
+        // The prompt (up to a whole block) first; later re-primes keep the last half block.
+        const int64_t room = primed ? std::max<int64_t>(1, config.block_size / 2) : config.block_size;
+        const auto keep = std::min<int64_t>(int64_t(ids.size()), room);
+        logits = cache.forward(ids_tensor(ids.cend() - keep));
+        primed = true;
+      } else {
+        logits = cache.forward(ids_tensor(ids.cend() - 1));
+      }
+    }
+    int64_t next = sample_next(last_logits(logits), a, rng);
     ids.push_back(next);
     emit(next);
   }
@@ -154,8 +183,8 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"sample_gpt: generate tokens from a GPT checkpoint, recomputing the whole context for each new token "
-               "(no KV cache). Byte-level models (vocab 256) print text; GPT-2 vocabularies print text through "
+  CLI::App app{"sample_gpt: generate tokens from a GPT checkpoint with a KV cache (one position's forward pass per "
+               "token; when the cache fills block_size it re-primes with the last half block). Byte-level models (vocab 256) print text; GPT-2 vocabularies print text through "
                "--encoder encoder.json (GPT-2's byte-level BPE table), else the token ids.",
                "sample_gpt"};
   Args a;
@@ -179,6 +208,9 @@ int main(int argc, char** argv) {
   app.add_option("--encoder", a.encoder, "GPT-2's encoder.json, to print GPT-2 tokens as text")
       ->check(CLI::ExistingFile);
   app.add_option("--threads", a.threads, "CPU threads (0: OMP_NUM_THREADS or all cores)");
+  app.add_option("--device", a.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_flag("--no-kv-cache", a.no_kv_cache, "recompute the whole context (the last block_size tokens) for every "
+               "token instead");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -5,3 +5,4 @@
 #include <kiln/models/cifar_cnn.h>
 #include <kiln/models/gpt.h>
 #include <kiln/models/gpt_hf.h>
+#include <kiln/models/gpt_kv_cache.h>

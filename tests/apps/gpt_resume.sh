@@ -14,3 +14,9 @@ common=(--train "$work/data/train_*.bin" --n-layer 1 --n-embd 32 --batch-size 4 
 test -f "$work/split/step_10.safetensors"
 "$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/split" --metrics "$work/split.jsonl" --resume | grep "resumed from" >/dev/null
 python3 "$here/jsonl_losses.py" equal "$work/straight.jsonl" "$work/split.jsonl"
+# sample_gpt from that checkpoint: greedy decoding with the KV cache writes the same tokens as
+# recomputing the whole context (20 tokens stay inside one block, so the cache never re-primes).
+ckpt="$work/straight/step_20.safetensors"
+with=$("$bin/sample_gpt" --checkpoint "$ckpt" --prompt-ids 1,2,3 --tokens 20 --temperature 0 --threads 1)
+without=$("$bin/sample_gpt" --checkpoint "$ckpt" --prompt-ids 1,2,3 --tokens 20 --temperature 0 --threads 1 --no-kv-cache)
+[ "$with" = "$without" ] || { echo "sample_gpt: KV cache output differs: '$with' vs '$without'"; exit 1; }
