@@ -1,7 +1,9 @@
 // Tensor::copy_, fill_ and to(Device): the one place dtype conversion and device transfer happen.
+// Same-device CUDA copies go to cuda::copy_device, transfers to cuda::copy_across.
 #include <cstring>
 
 #include <kiln/core/cpu/loops.h>
+#include <kiln/core/cuda/copy.h>
 #include <kiln/core/cuda/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/tensor.h>
@@ -34,19 +36,30 @@ static void copy_cpu(const Tensor& dst, const Tensor& src) {
   });
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
+// A copy within one CUDA device; a build without CUDA has no CUDA tensors to get here.
+static void copy_on_device(const Tensor& dst, const Tensor& src) {
+  if constexpr (cuda::kBuilt)
+    cuda::copy_device(dst, src);
+  else
+    cuda::copy_across(dst, src);  // says Kiln was built without CUDA
+}
+
+Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   check_defined(*this, "copy_", "destination");
   check_defined(src, "copy_", "source");
   KILN_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source of shape ", src.shape(),
              " cannot be broadcast to the destination's shape ", shape());
   if (numel() == 0) return *this;
   Tensor s = src.expand(shape());
-  if (device().is_cpu() && s.device().is_cpu()) {
+  if (device() == s.device()) {
     if (overlaps(*this, s)) s = s.clone();
-    copy_cpu(*this, s);
+    if (device().is_cpu())
+      copy_cpu(*this, s);
+    else
+      copy_on_device(*this, s);
     return *this;
   }
-  cuda::copy_across(*this, s);
+  cuda::copy_across(*this, s, non_blocking);
   return *this;
 }
 
@@ -64,10 +77,13 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   if (device == this->device()) return *this;
-  Tensor out = empty(shape(), dtype(), device);
-  out.copy_(*this);
+  // A non-blocking download lands in pinned memory, or it could not be asynchronous.
+  Tensor out = non_blocking && device.is_cpu() && this->device().is_cuda()
+                   ? make_tensor(Storage::allocate_pinned(nbytes()), dtype(), shape(), contiguous_strides(shape()))
+                   : empty(shape(), dtype(), device);
+  out.copy_(*this, non_blocking);
   if (impl()->autograd && detail::autograd_derived_hook)
     return detail::autograd_derived_hook(*this, out, {detail::Derivation::Kind::copy, nullptr});
   return out;

@@ -1,16 +1,25 @@
 // Factories. Random fills go through Philox by element index, so they are reproducible for any
-// thread count.
+// thread count, and CUDA tensors get the same values from the same draws (core/cuda/random.h).
 #include <kiln/core/factory.h>
 
 #include <cmath>
 #include <cstring>
 
+#include <kiln/core/cuda/fill.h>
+#include <kiln/core/cuda/random.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/parallel.h>
 
 namespace kiln {
 
-Tensor empty(const Shape& shape, TensorOptions o) { return empty(shape, o.dtype_, o.device_); }
+Tensor empty(const Shape& shape, TensorOptions o) {
+  if (!o.pinned_memory_) return empty(shape, o.dtype_, o.device_);
+  KILN_CHECK(o.device_.is_cpu(), "empty: pinned memory is host memory, but the device is ", o.device_);
+  for (int64_t d : shape) KILN_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(o.dtype_);
+  return make_tensor(Storage::allocate_pinned(nbytes), o.dtype_, shape, contiguous_strides(shape));
+}
 Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0.0, o); }
 Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1.0, o); }
 Tensor full(const Shape& shape, double value, TensorOptions o) {
@@ -29,10 +38,17 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
   KILN_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start ", start, " and end ", end,
              " must be finite");
   int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
-  Tensor t = empty({n}, o.dtype_, Device::cpu());
+  if constexpr (cuda::kBuilt)
+    if (o.device_.is_cuda()) {
+      Tensor t = empty({n}, o.dtype_, o.device_);
+      cuda::arange(t, start, step);
+      return t;
+    }
+  Tensor t = empty({n}, o);
   dispatch_numeric(o.dtype_, "arange", [&]<class T>() {
     T* p = t.data<T>();
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<acc_t<T>>(start + double(i) * step));
+    // fma, as the CUDA kernel computes it (a compiler could fuse a plain a*b+c or not).
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<acc_t<T>>(std::fma(double(i), step, start)));
   });
   return t.to(o.device_);
 }
@@ -40,7 +56,7 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
 // Fills a fresh CPU tensor element by element from a per-index draw, then moves it to the device.
 template <class Draw>
 static Tensor random_fill(const Shape& shape, TensorOptions o, const char* op, Draw draw) {
-  Tensor t = empty(shape, o.dtype_, Device::cpu());
+  Tensor t = empty(shape, TensorOptions(o).device(Device::cpu()));
   int64_t n = t.numel();
   dispatch_numeric(o.dtype_, op, [&]<class T>() {
     T* p = t.data<T>();
@@ -51,9 +67,19 @@ static Tensor random_fill(const Shape& shape, TensorOptions o, const char* op, D
   return t.to(o.device_);
 }
 
+// A fresh CUDA tensor filled by cuda::random_fill: the CPU's draws, made on the device.
+static Tensor random_on_device(const Shape& shape, TensorOptions o, cuda::RandomDraw draw, uint64_t seed,
+                               uint64_t first) {
+  Tensor t = empty(shape, o.dtype_, o.device_);
+  cuda::random_fill(t, draw, 0.0, 1.0, seed, first);
+  return t;
+}
+
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions o) {
   KILN_CHECK(is_floating(o.dtype_), "rand: expected a floating dtype, got ", o.dtype_);
   uint64_t seed = gen.seed(), first = gen.advance(shape_numel(shape));
+  if constexpr (cuda::kBuilt)
+    if (o.device_.is_cuda()) return random_on_device(shape, o, cuda::RandomDraw::uniform, seed, first);
   return random_fill(shape, o, "rand", [=](int64_t i) { return philox_uniform(seed, first + i); });
 }
 Tensor rand(const Shape& shape, TensorOptions o) { return rand(shape, default_generator(), o); }
@@ -61,6 +87,8 @@ Tensor rand(const Shape& shape, TensorOptions o) { return rand(shape, default_ge
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions o) {
   KILN_CHECK(is_floating(o.dtype_), "randn: expected a floating dtype, got ", o.dtype_);
   uint64_t seed = gen.seed(), first = gen.advance(shape_numel(shape));
+  if constexpr (cuda::kBuilt)
+    if (o.device_.is_cuda()) return random_on_device(shape, o, cuda::RandomDraw::normal, seed, first);
   return random_fill(shape, o, "randn", [=](int64_t i) { return philox_normal(seed, first + i); });
 }
 Tensor randn(const Shape& shape, TensorOptions o) { return randn(shape, default_generator(), o); }
@@ -68,27 +96,53 @@ Tensor randn(const Shape& shape, TensorOptions o) { return randn(shape, default_
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, TensorOptions o) {
   KILN_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
   uint64_t seed = gen.seed(), first = gen.advance(shape_numel(shape));
+  if constexpr (cuda::kBuilt)
+    if (o.device_.is_cuda()) {
+      Tensor t = empty(shape, o.dtype_, o.device_);
+      cuda::random_int(t, low, high, seed, first);
+      return t;
+    }
   double span = double(high - low);
   return random_fill(shape, o, "randint", [=](int64_t i) {
     return double(low + std::min<int64_t>(int64_t(philox_uniform(seed, first + i) * span), high - low - 1));
   });
 }
 
-Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
-  Tensor r = rand(t.shape(), gen, TensorOptions(DType::f64));
-  KILN_CHECK(is_floating(t.dtype()), "uniform_: expected a floating tensor, got ", t.dtype());
+// t = fma(b, draw, a) per element, in double, then converted to t's dtype; the draws come from
+// `first`, which the caller reserved for t.numel() elements.
+static void affine_random_(Tensor& t, cuda::RandomDraw draw, double a, double b, uint64_t seed, uint64_t first) {
+  if constexpr (cuda::kBuilt)
+    if (t.device().is_cuda()) {
+      Tensor out = t.is_contiguous() ? t : empty(t.shape(), t.dtype(), t.device());
+      cuda::random_fill(out, draw, a, b, seed, first);
+      if (!out.is_same(t)) t.copy_(out);
+      return;
+    }
+  Tensor r = empty(t.shape(), DType::f64, Device::cpu());
   double* p = r.data<double>();
-  for (int64_t i = 0, n = r.numel(); i < n; ++i) p[i] = low + (high - low) * p[i];
+  const bool uniform = draw == cuda::RandomDraw::uniform_affine;
+  parallel_for(0, r.numel(), 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t index = first + static_cast<uint64_t>(i);
+      p[i] = std::fma(b, uniform ? philox_uniform(seed, index) : philox_normal(seed, index), a);
+    }
+  });
   t.copy_(r);
+}
+
+Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
+  check_defined(t, "uniform_");
+  KILN_CHECK(is_floating(t.dtype()), "uniform_: expected a floating tensor, got ", t.dtype());
+  uint64_t seed = gen.seed(), first = gen.advance(t.numel());
+  affine_random_(t, cuda::RandomDraw::uniform_affine, low, high - low, seed, first);
   return t;
 }
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator& gen) {
-  Tensor r = randn(t.shape(), gen, TensorOptions(DType::f64));
+  check_defined(t, "normal_");
   KILN_CHECK(is_floating(t.dtype()), "normal_: expected a floating tensor, got ", t.dtype());
-  double* p = r.data<double>();
-  for (int64_t i = 0, n = r.numel(); i < n; ++i) p[i] = mean + std * p[i];
-  t.copy_(r);
+  uint64_t seed = gen.seed(), first = gen.advance(t.numel());
+  affine_random_(t, cuda::RandomDraw::normal_affine, mean, std, seed, first);
   return t;
 }
 

@@ -1,4 +1,6 @@
-// Tensor factories: filled, ranged, random (from a seeded Generator) and from host data.
+// Tensor factories: filled, ranged, random (from a seeded Generator) and from host data. On a
+// CUDA device they fill on the device; rand/randn/randint/uniform_/normal_ give there bitwise
+// the values the CPU gives for the same generator state.
 #pragma once
 
 #include <initializer_list>
@@ -12,12 +14,14 @@ namespace kiln {
 struct TensorOptions {
   DType dtype_ = DType::f32;
   Device device_ = Device::cpu();
+  bool pinned_memory_ = false;  // CPU tensors in page-locked memory (CUDA builds; see pin_memory)
 
   TensorOptions() = default;
   TensorOptions(DType d) : dtype_(d) {}    // NOLINT: zeros(shape, DType::f64) reads naturally
   TensorOptions(Device d) : device_(d) {}  // NOLINT
   TensorOptions& dtype(DType d) { dtype_ = d; return *this; }
   TensorOptions& device(Device d) { device_ = d; return *this; }
+  TensorOptions& pinned_memory(bool p = true) { pinned_memory_ = p; return *this; }
 };
 
 Tensor empty(const Shape& shape, TensorOptions options);

@@ -1,6 +1,7 @@
 // Seeded random numbers: a counter-based Philox-4x32-10 generator. Element i of a draw depends
-// only on (seed, offset + i), so results are the same for any thread count (and, later, on the
-// GPU). Each draw advances the offset by the number of elements drawn.
+// only on (seed, offset + i), so results are the same for any thread count and on the GPU (the
+// draws themselves are in core/philox.h, shared with the CUDA kernels). Each draw advances the
+// offset by the number of elements drawn.
 #pragma once
 
 #include <array>

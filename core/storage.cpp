@@ -34,8 +34,19 @@ void set_allocator(DeviceType type, Allocator* allocator) { allocator_slot(type)
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   Allocator* a = get_allocator(device.type);
+  void* p = a->allocate_on(nbytes, device);
+  return std::make_shared<Storage>(p, nbytes, device,
+                                   [a, nbytes, device](void* q) { a->deallocate_on(q, nbytes, device); });
+}
+
+std::shared_ptr<Storage> Storage::allocate_pinned(size_t nbytes) {
+  KILN_CHECK(cuda::device_count() > 0, "pin_memory: page-locked host memory needs CUDA, but ", cuda::build_info(),
+             " and no CUDA device is available");
+  Allocator* a = cuda::pinned_host_allocator();
   void* p = a->allocate(nbytes);
-  return std::make_shared<Storage>(p, nbytes, device, [a, nbytes](void* q) { a->deallocate(q, nbytes); });
+  auto s = std::make_shared<Storage>(p, nbytes, Device::cpu(), [a, nbytes](void* q) { a->deallocate(q, nbytes); });
+  s->pinned_ = true;
+  return s;
 }
 
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device, Deleter deleter) {

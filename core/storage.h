@@ -1,5 +1,7 @@
 // Storage: one owned (or wrapped) block of bytes on one device, shared by every tensor that views
-// it. Memory comes from the device's Allocator; the CPU one hands out 64-byte aligned blocks.
+// it. Memory comes from the device's Allocator; the CPU one hands out 64-byte aligned blocks, the
+// CUDA one is a caching allocator (core/cuda/caching_allocator.h). Pinned storages are CPU
+// memory page-locked with cudaHostAlloc, which the GPU copies from/to asynchronously.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,16 @@ class Allocator {
   virtual ~Allocator() = default;
   virtual void* allocate(size_t nbytes) = 0;
   virtual void deallocate(void* ptr, size_t nbytes) noexcept = 0;
+  // For allocators serving several devices of a type (CUDA: one pool per device); Storage calls
+  // these. The defaults ignore the device.
+  virtual void* allocate_on(size_t nbytes, Device device) {
+    (void)device;
+    return allocate(nbytes);
+  }
+  virtual void deallocate_on(void* ptr, size_t nbytes, Device device) noexcept {
+    (void)device;
+    deallocate(ptr, nbytes);
+  }
 };
 
 // The allocator for a device type; CUDA's is installed by the CUDA backend when it is built.
@@ -27,6 +39,9 @@ class Storage {
 
   // Fresh memory from the device's allocator.
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  // Fresh page-locked host memory (a CPU storage) from the CUDA pinned-memory cache; throws when
+  // Kiln was built without CUDA or no device is available.
+  static std::shared_ptr<Storage> allocate_pinned(size_t nbytes);
   // Memory owned elsewhere (an mmap, a caller's buffer); `deleter` runs when the last view dies.
   static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device, Deleter deleter = nullptr);
 
@@ -38,12 +53,14 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool is_pinned() const { return pinned_; }
 
  private:
   void* data_;
   size_t nbytes_;
   Device device_;
   Deleter deleter_;
+  bool pinned_ = false;
 };
 
 }  // namespace kiln

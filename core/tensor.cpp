@@ -302,6 +302,17 @@ Tensor Tensor::to(DType dt) const {
   return derived(*this, out, kCopy, kNoReplay);
 }
 
+Tensor Tensor::pin_memory() const {
+  check_defined(*this, "pin_memory");
+  KILN_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got one on ", device());
+  if (is_pinned()) return *this;
+  Tensor out = make_tensor(Storage::allocate_pinned(nbytes()), dtype(), shape(), contiguous_strides(shape()));
+  out.copy_(*this);
+  return derived(*this, out, kCopy, kNoReplay);
+}
+
+bool Tensor::is_pinned() const { return defined() && storage()->is_pinned(); }
+
 double Tensor::item() const {
   KILN_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape());
   Tensor c = to(Device::cpu()).to(DType::f64);

@@ -84,12 +84,21 @@ class Tensor {
   // Copies.
   Tensor contiguous() const;  // *this when already contiguous
   Tensor clone() const;       // always a fresh contiguous copy
-  Tensor to(DType dtype) const;    // *this when already that dtype
-  Tensor to(Device device) const;  // *this when already there
+  Tensor to(DType dtype) const;  // *this when already that dtype
+  // *this when already there. non_blocking: a host <-> device copy may return before it is done
+  // when the host side is pinned (a device -> host copy then lands in a fresh pinned tensor);
+  // synchronize the stream before reading it. Otherwise the copy has finished on return.
+  Tensor to(Device device, bool non_blocking = false) const;
   Tensor to(Device device, DType dtype) const { return to(device).to(dtype); }
-  Tensor& copy_(const Tensor& src);  // src broadcast to this shape, converted to this dtype
+  // src broadcast to this shape, converted to this dtype; non_blocking as for to(Device).
+  Tensor& copy_(const Tensor& src, bool non_blocking = false);
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
+
+  // Page-locked host memory (CUDA builds): a contiguous copy of this CPU tensor in pinned memory,
+  // which host <-> device copies read and write asynchronously; *this when already pinned.
+  Tensor pin_memory() const;
+  bool is_pinned() const;  // a CPU tensor whose storage is pinned
 
   // The single element of a one-element tensor, converted.
   double item() const;

@@ -1,11 +1,14 @@
 // Differentiable dropout. The keep mask comes from counter-based Philox draws: element i is kept
 // iff philox_uniform(seed, first + i) >= p, where `first` is reserved with gen.advance(numel), so
-// a generator with the same seed and offset gives the same mask on any thread count.
+// a generator with the same seed and offset gives the same mask on any thread count, and on a
+// CUDA device (where cuda::dropout_mask makes it with the same draws).
 #include <kiln/autograd/ops/functional.h>
 
 #include <cmath>
 
 #include <kiln/autograd/function.h>
+#include <kiln/core/cuda/random.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/parallel.h>
@@ -48,9 +51,15 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
   const uint64_t first = gen.advance(static_cast<uint64_t>(x.numel()));
   const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
-  Tensor mask = x.dtype() == DType::f64 ? make_mask<double>(x.shape(), p, scale, gen.seed(), first)
-                                        : make_mask<float>(x.shape(), p, scale, gen.seed(), first);
-  mask = mask.to(x.device());
+  const DType mask_dtype = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor mask;
+  if constexpr (cuda::kBuilt)
+    if (x.device().is_cuda()) mask = cuda::dropout_mask(x.shape(), mask_dtype, p, scale, gen.seed(), first, x.device());
+  if (!mask.defined()) {
+    mask = mask_dtype == DType::f64 ? make_mask<double>(x.shape(), p, scale, gen.seed(), first)
+                                    : make_mask<float>(x.shape(), p, scale, gen.seed(), first);
+    mask = mask.to(x.device());
+  }
   Tensor out = ops::mul(autograd::saved(x), mask).to(x.dtype());
   if (auto node = autograd::make_node<DropoutBackward>({&x})) {
     node->mask = mask;

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <kiln/core/cuda/allocator.h>
+
 namespace kiln {
 class Tensor;
 }
@@ -27,8 +29,13 @@ inline bool is_available() { return device_count() > 0; }
 // "CUDA runtime 13.0, cuBLASLt 13.x, cuDNN 9.x" or "built without CUDA".
 std::string build_info();
 
-// Copies between devices (either side may be the CPU); shapes already match.
-void copy_across(const Tensor& dst, const Tensor& src);
+// Copies between devices (either side may be the CPU; Tensor::copy_ calls it with src already
+// broadcast to dst's shape). Host <-> device transfers run on the CUDA device's current stream;
+// they return only when the copy is done, unless `non_blocking` and the host tensor is pinned:
+// then the copy is queued and the host memory is kept from reuse until it completes (the caller
+// synchronizes the stream before reading a device-to-host result). Strided or dtype-changing
+// copies are staged through contiguous buffers; the cast runs on the GPU.
+void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking = false);
 // Fills a CUDA tensor with `value` converted to its dtype.
 void fill(const Tensor& dst, double value);
 

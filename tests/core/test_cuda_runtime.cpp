@@ -1,6 +1,8 @@
-// CUDA runtime basics on a real GPU: host/device round trips in every dtype, fill, and the error
-// an op without a CUDA kernel gives. Skipped (exit 77) without a usable device.
+// CUDA runtime basics on a real GPU: host/device round trips in every dtype, fill, and the errors
+// for mixed devices and ops without a CUDA kernel. Skipped (exit 77) without a usable device.
 #include "test_util.h"
+
+#include <kiln/core/ops/common.h>
 
 using namespace kiln;
 
@@ -28,8 +30,11 @@ TEST_CASE("fill on the device matches the CPU") {
   }
 }
 
-TEST_CASE("an op without a CUDA kernel names the op and the device") {
+TEST_CASE("an op on tensors of two devices, or without a CUDA kernel, names the op and the device") {
   test::require_cuda();
   Tensor d = ones({4}, Device::cuda());
-  CHECK_ERROR_CONTAINS(ops::exp(d), "exp", "cuda:0");
+  // Whether add has a kernel or not, mixing devices fails and says where the tensors are.
+  CHECK_ERROR_CONTAINS(ops::add(ones({4}), d), "add", "cuda:0");
+  // The check every op front without a CUDA kernel uses.
+  CHECK_ERROR_CONTAINS(ops::check_cpu("some_op", {&d}), "some_op", "cuda:0");
 }
