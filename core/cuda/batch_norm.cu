@@ -90,12 +90,12 @@ __global__ void stats_kernel(const T* x, double* partial, Layout l, int64_t spli
   }
 }
 
-// Per channel: mean, invstd (C) from the partial sums, and the running buffers (C, or null)
-// updated with the unbiased variance.
-template <class T>
+// Per channel: mean, invstd (C) from the partial sums, and the running buffers (C, or null; R is
+// the compute type, or double for f64 buffers) updated with the unbiased variance.
+template <class T, class R>
 __global__ void finalize_stats_kernel(const T* x, const double* partial, Layout l, int64_t splits, double eps,
-                                      double momentum, dacc_t<T>* mean, dacc_t<T>* invstd, dacc_t<T>* running_mean,
-                                      dacc_t<T>* running_var) {
+                                      double momentum, dacc_t<T>* mean, dacc_t<T>* invstd, R* running_mean,
+                                      R* running_var) {
   using A = dacc_t<T>;
   const double m = static_cast<double>(l.n * l.inner);
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < l.channels; c += int64_t(gridDim.x) * blockDim.x) {
@@ -111,9 +111,9 @@ __global__ void finalize_stats_kernel(const T* x, const double* partial, Layout 
     mean[c] = static_cast<A>(mu);
     invstd[c] = static_cast<A>(1.0 / sqrt(var + eps));
     if (running_mean) {
-      running_mean[c] = static_cast<A>((1.0 - momentum) * static_cast<double>(running_mean[c]) + momentum * mu);
+      running_mean[c] = static_cast<R>((1.0 - momentum) * static_cast<double>(running_mean[c]) + momentum * mu);
       running_var[c] =
-          static_cast<A>((1.0 - momentum) * static_cast<double>(running_var[c]) + momentum * (var * m / (m - 1.0)));
+          static_cast<R>((1.0 - momentum) * static_cast<double>(running_var[c]) + momentum * (var * m / (m - 1.0)));
     }
   }
 }
@@ -213,7 +213,8 @@ __global__ void grad_input_kernel(const T* dy, const T* x, const dacc_t<T>* mean
 
 Tensor as_compute(const Tensor& t, DType dt) { return t.defined() ? t.to(dt).contiguous() : Tensor(); }
 
-// A running buffer as the kernels update it: itself when contiguous and of dtype dt, else a copy.
+// A running buffer as the kernels update it: itself when contiguous and of dtype dt, else a copy
+// in dt (written back by copy_back).
 Tensor staged(const Tensor& buffer, DType dt) {
   return buffer.is_contiguous() && buffer.dtype() == dt ? buffer : buffer.to(dt).contiguous();
 }
@@ -251,15 +252,23 @@ ops::BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Ten
       stats_kernel<T><<<static_cast<int>(l.channels * splits), kThreads, 0, s>>>(ptr<T>(xc), ptr<double>(partial), l,
                                                                                  splits);
       KILN_CUDA_CHECK_LAUNCH();
+      // f64 buffers are updated in double (as the CPU does), others in the compute dtype.
+      const DType rt = running_mean.defined() && running_mean.dtype() == DType::f64 ? DType::f64 : ct;
       Tensor rm, rv;
       if (running_mean.defined()) {
-        rm = staged(running_mean, ct);
-        rv = staged(running_var, ct);
+        rm = staged(running_mean, rt);
+        rv = staged(running_var, rt);
       }
-      finalize_stats_kernel<T><<<blocks_for(l.channels), kThreads, 0, s>>>(
-          ptr<T>(xc), ptr<double>(partial), l, splits, eps, momentum, ptr<A>(r.mean), ptr<A>(r.invstd),
-          ptr_or_null<A>(rm), ptr_or_null<A>(rv));
-      KILN_CUDA_CHECK_LAUNCH();
+      auto finalize = [&]<class R>() {
+        finalize_stats_kernel<T, R><<<blocks_for(l.channels), kThreads, 0, s>>>(
+            ptr<T>(xc), ptr<double>(partial), l, splits, eps, momentum, ptr<A>(r.mean), ptr<A>(r.invstd),
+            ptr_or_null<R>(rm), ptr_or_null<R>(rv));
+        KILN_CUDA_CHECK_LAUNCH();
+      };
+      if (rt == DType::f64)
+        finalize.template operator()<double>();
+      else
+        finalize.template operator()<A>();
       copy_back(running_mean, rm);
       copy_back(running_var, rv);
     } else {

@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
-#ifndef KILN_HOST_DEVICE
+#ifndef KILN_INDEX_HD
 #if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__
+#define KILN_INDEX_HD __host__ __device__
 #else
-#define KILN_HOST_DEVICE
+#define KILN_INDEX_HD
 #endif
 #endif
 
@@ -20,9 +20,9 @@ namespace kiln::cuda::batch_norm_index {
 // advance() moves it by `step`.
 struct ChannelCursor {
   int64_t n, i, step_n, step_i, inner;
-  KILN_HOST_DEVICE ChannelCursor(int64_t j, int64_t step, int64_t inner_)
+  KILN_INDEX_HD ChannelCursor(int64_t j, int64_t step, int64_t inner_)
       : n(j / inner_), i(j % inner_), step_n(step / inner_), step_i(step % inner_), inner(inner_) {}
-  KILN_HOST_DEVICE void advance() {
+  KILN_INDEX_HD void advance() {
     i += step_i;
     n += step_n;
     if (i >= inner) {
@@ -31,21 +31,21 @@ struct ChannelCursor {
     }
   }
   // The flat offset of (n, c, i) in (N, channels, inner).
-  KILN_HOST_DEVICE int64_t offset(int64_t c, int64_t channels) const { return (n * channels + c) * inner + i; }
+  KILN_INDEX_HD int64_t offset(int64_t c, int64_t channels) const { return (n * channels + c) * inner + i; }
 };
 
 // The channel of flat position e of (N, C, inner), c = (e / inner) % C, with i = e % inner;
 // advance() moves e by `step`.
 struct ElementCursor {
   int64_t c, i, step_c, step_i, inner, channels;
-  KILN_HOST_DEVICE ElementCursor(int64_t e, int64_t step, int64_t inner_, int64_t channels_)
+  KILN_INDEX_HD ElementCursor(int64_t e, int64_t step, int64_t inner_, int64_t channels_)
       : c((e / inner_) % channels_),
         i(e % inner_),
         step_c((step / inner_) % channels_),
         step_i(step % inner_),
         inner(inner_),
         channels(channels_) {}
-  KILN_HOST_DEVICE void advance() {
+  KILN_INDEX_HD void advance() {
     i += step_i;
     c += step_c;
     if (i >= inner) {
@@ -57,6 +57,6 @@ struct ElementCursor {
 };
 
 // Channel c's elements split into `splits` near-equal ranges; range s is [begin, end).
-KILN_HOST_DEVICE inline int64_t split_begin(int64_t s, int64_t count, int64_t splits) { return s * count / splits; }
+KILN_INDEX_HD inline int64_t split_begin(int64_t s, int64_t count, int64_t splits) { return s * count / splits; }
 
 }  // namespace kiln::cuda::batch_norm_index
