@@ -1,4 +1,5 @@
-// CPU conv2d by im2col + Eigen GEMM, parallel over the batch (one column buffer per thread; inside
+// conv2d's front (argument checks, then cuDNN for CUDA tensors: core/cuda/conv.h) and its CPU
+// kernels: im2col + Eigen GEMM, parallel over the batch (one column buffer per thread; inside
 // that region Eigen stays single-threaded, see Note [GEMM threading] in matmul.cpp). The weight
 // gradient sums images in fixed blocks combined in a fixed order, so no result depends on threads.
 #include <kiln/core/ops/conv.h>
@@ -12,6 +13,8 @@
 #include <algorithm>
 #include <vector>
 
+#include <kiln/core/cuda/conv.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/ops/common.h>
 #include <kiln/core/parallel.h>
 
@@ -226,6 +229,20 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, const ConvShapes& s) {
     for (int64_t i = 0; i < wsize; ++i) gw[i] += partial[b * wsize + i];
 }
 
+// Every tensor defined and all on one device; true when that device is CUDA.
+bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  int i = 0;
+  for (const Tensor* t : tensors) {
+    KILN_CHECK(t->defined(), op, ": argument ", i++, " is an undefined tensor");
+    if (first)
+      check_same_device(op, *first, *t);
+    else
+      first = t;
+  }
+  return first && first->device().is_cuda();
+}
+
 // Runs fn.template operator()<T>() with T = double for f64, float for the other floating dtypes.
 template <class F>
 void dispatch_compute(DType ct, F&& fn) {
@@ -238,18 +255,21 @@ void dispatch_compute(DType ct, F&& fn) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
-  check_cpu("conv2d", {&x, &weight});
+  const bool cuda = on_cuda("conv2d", {&x, &weight});
   check_floating("conv2d", x);
   KILN_CHECK(weight.dtype() == x.dtype(), "conv2d: weight dtype ", weight.dtype(), " differs from the input's ",
              x.dtype());
   const ConvShapes s = conv_shapes("conv2d", x.shape(), weight.shape(), options);
   if (bias.defined()) {
-    check_cpu("conv2d", {&bias});
+    on_cuda("conv2d", {&x, &bias});
     KILN_CHECK(bias.dim() == 1 && bias.shape()[0] == s.o, "conv2d: bias must have shape [", s.o, "], got ",
                bias.shape());
     KILN_CHECK(bias.dtype() == x.dtype(), "conv2d: bias dtype ", bias.dtype(), " differs from the input's ",
                x.dtype());
   }
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::conv2d(x, weight, bias, options);
+  check_cpu("conv2d", {&x, &weight});
   const DType ct = compute_dtype(x.dtype());
   const Tensor xc = x.to(ct).contiguous(), wc = weight.to(ct).contiguous();
   const Tensor bc = bias.defined() ? bias.to(ct).contiguous() : Tensor();
@@ -262,12 +282,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& input_shape,
                              const Conv2dOptions& options) {
-  check_cpu("conv2d_backward_input", {&grad_out, &weight});
+  const bool cuda = on_cuda("conv2d_backward_input", {&grad_out, &weight});
   check_floating("conv2d_backward_input", grad_out);
   KILN_CHECK(weight.dtype() == grad_out.dtype(), "conv2d_backward_input: weight dtype ", weight.dtype(),
              " differs from grad_out's ", grad_out.dtype());
   const ConvShapes s = conv_shapes("conv2d_backward_input", input_shape, weight.shape(), options);
   check_grad_out("conv2d_backward_input", grad_out, s);
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::conv2d_backward_input(grad_out, weight, input_shape, options);
+  check_cpu("conv2d_backward_input", {&grad_out, &weight});
   const DType ct = compute_dtype(grad_out.dtype());
   const Tensor gy = grad_out.to(ct).contiguous(), wc = weight.to(ct).contiguous();
   Tensor gx = empty(input_shape, ct);
@@ -277,12 +300,15 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const Conv2dOptions& options) {
-  check_cpu("conv2d_backward_weight", {&grad_out, &x});
+  const bool cuda = on_cuda("conv2d_backward_weight", {&grad_out, &x});
   check_floating("conv2d_backward_weight", grad_out);
   KILN_CHECK(x.dtype() == grad_out.dtype(), "conv2d_backward_weight: input dtype ", x.dtype(),
              " differs from grad_out's ", grad_out.dtype());
   const ConvShapes s = conv_shapes("conv2d_backward_weight", x.shape(), weight_shape, options);
   check_grad_out("conv2d_backward_weight", grad_out, s);
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::conv2d_backward_weight(grad_out, x, weight_shape, options);
+  check_cpu("conv2d_backward_weight", {&grad_out, &x});
   const DType ct = compute_dtype(grad_out.dtype());
   const Tensor gy = grad_out.to(ct).contiguous(), xc = x.to(ct).contiguous();
   Tensor gw = empty(weight_shape, ct);
@@ -291,10 +317,13 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
 }
 
 Tensor conv2d_backward_bias(const Tensor& grad_out) {
-  check_cpu("conv2d_backward_bias", {&grad_out});
+  const bool cuda = on_cuda("conv2d_backward_bias", {&grad_out});
   check_floating("conv2d_backward_bias", grad_out);
   KILN_CHECK(grad_out.dim() == 4, "conv2d_backward_bias: expected grad_out (N, O, OH, OW), got shape ",
              grad_out.shape());
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::conv2d_backward_bias(grad_out);
+  check_cpu("conv2d_backward_bias", {&grad_out});
   const int64_t n = grad_out.shape()[0], o = grad_out.shape()[1];
   const int64_t plane = grad_out.shape()[2] * grad_out.shape()[3];
   const Tensor gy = grad_out.to(DType::f64).contiguous();  // summed in double, rounded once

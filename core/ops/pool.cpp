@@ -1,4 +1,5 @@
-// CPU pooling kernels. Each (n, c) plane is independent: work is split over planes, and each
+// Pooling fronts (argument checks, then core/cuda/pool.h for CUDA tensors) and the CPU kernels.
+// Each (n, c) plane is independent: work is split over planes, and each
 // plane's gradient is accumulated by one thread in a fixed order, so results never depend on the
 // thread count. 16-bit values are summed in float and rounded once.
 #include <kiln/core/ops/pool.h>
@@ -8,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include <kiln/core/cuda/pool.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
@@ -66,6 +69,24 @@ void check_grad_out(const char* op, const Tensor& grad_out, const Shape& expecte
              expected);
 }
 
+// Every tensor defined and all on one device; true when that device is CUDA.
+bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  int i = 0;
+  for (const Tensor* t : tensors) {
+    KILN_CHECK(t->defined(), op, ": argument ", i++, " is an undefined tensor");
+    if (first)
+      check_same_device(op, *first, *t);
+    else
+      first = t;
+  }
+  return first && first->device().is_cuda();
+}
+
+cuda::PoolWindow cuda_window(const Window& w) {
+  return {w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.dh, w.dw, w.oh, w.ow};
+}
+
 // Runs fn(plane) for every plane in parallel, about `work` operations each.
 template <class F>
 void for_each_plane(int64_t count, int64_t work, F&& fn) {
@@ -82,10 +103,13 @@ inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1
 
 MaxPool2dResult max_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Size2 padding,
                            Size2 dilation) {
-  check_cpu("max_pool2d", {&x});
+  const bool cuda = on_cuda("max_pool2d", {&x});
   check_floating("max_pool2d", x);
   const Planes p = planes_of("max_pool2d", x.shape());
   const Window win = make_window("max_pool2d", p, kernel, stride, padding, dilation);
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::max_pool2d(x, cuda_window(win));
+  check_cpu("max_pool2d", {&x});
   const Tensor xc = x.contiguous();
   MaxPool2dResult r{empty(with_plane(x.shape(), win.oh, win.ow), x.dtype()),
                     empty(with_plane(x.shape(), win.oh, win.ow), DType::i64)};
@@ -123,7 +147,7 @@ MaxPool2dResult max_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> s
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_shape) {
-  check_cpu("max_pool2d_backward", {&grad_out, &indices});
+  const bool cuda = on_cuda("max_pool2d_backward", {&grad_out, &indices});
   check_floating("max_pool2d_backward", grad_out);
   KILN_CHECK(indices.dtype() == DType::i64, "max_pool2d_backward: indices must be i64, got ", indices.dtype());
   KILN_CHECK(indices.shape() == grad_out.shape(), "max_pool2d_backward: indices of shape ", indices.shape(),
@@ -132,6 +156,9 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
   const Planes po = planes_of("max_pool2d_backward", grad_out.shape());
   KILN_CHECK(grad_out.dim() == input_shape.ndim() && with_plane(input_shape, po.h, po.w) == grad_out.shape(),
              "max_pool2d_backward: grad_out ", grad_out.shape(), " does not pool the input shape ", input_shape);
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::max_pool2d_backward(grad_out, indices, input_shape);
+  check_cpu("max_pool2d_backward", {&grad_out, &indices});
   const Tensor gy = grad_out.contiguous(), ic = indices.contiguous();
   Tensor gx = empty(input_shape, grad_out.dtype());
   std::atomic<int64_t> bad{-1};
@@ -159,10 +186,13 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
 }
 
 Tensor avg_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Size2 padding) {
-  check_cpu("avg_pool2d", {&x});
+  const bool cuda = on_cuda("avg_pool2d", {&x});
   check_floating("avg_pool2d", x);
   const Planes p = planes_of("avg_pool2d", x.shape());
   const Window win = make_window("avg_pool2d", p, kernel, stride, padding, 1);
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::avg_pool2d(x, cuda_window(win));
+  check_cpu("avg_pool2d", {&x});
   const Tensor xc = x.contiguous();
   Tensor out = empty(with_plane(x.shape(), win.oh, win.ow), x.dtype());
   dispatch_floating(x.dtype(), "avg_pool2d", [&]<class T>() {
@@ -188,11 +218,14 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Si
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Size2 kernel,
                            std::optional<Size2> stride, Size2 padding) {
-  check_cpu("avg_pool2d_backward", {&grad_out});
+  const bool cuda = on_cuda("avg_pool2d_backward", {&grad_out});
   check_floating("avg_pool2d_backward", grad_out);
   const Planes p = planes_of("avg_pool2d_backward", input_shape);
   const Window win = make_window("avg_pool2d_backward", p, kernel, stride, padding, 1);
   check_grad_out("avg_pool2d_backward", grad_out, with_plane(input_shape, win.oh, win.ow));
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::avg_pool2d_backward(grad_out, input_shape, cuda_window(win));
+  check_cpu("avg_pool2d_backward", {&grad_out});
   const Tensor gy = grad_out.contiguous();
   Tensor gx = empty(input_shape, grad_out.dtype());
   dispatch_floating(grad_out.dtype(), "avg_pool2d_backward", [&]<class T>() {
@@ -217,12 +250,15 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Siz
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
-  check_cpu("adaptive_avg_pool2d", {&x});
+  const bool cuda = on_cuda("adaptive_avg_pool2d", {&x});
   check_floating("adaptive_avg_pool2d", x);
   const Planes p = planes_of("adaptive_avg_pool2d", x.shape());
   KILN_CHECK(output_size.h >= 1 && output_size.w >= 1, "adaptive_avg_pool2d: output size must be positive, got ",
              output_size);
   KILN_CHECK(p.h >= 1 && p.w >= 1, "adaptive_avg_pool2d: input plane must be non-empty, got shape ", x.shape());
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::adaptive_avg_pool2d(x, output_size);
+  check_cpu("adaptive_avg_pool2d", {&x});
   const int64_t oh = output_size.h, ow = output_size.w;
   const Tensor xc = x.contiguous();
   Tensor out = empty(with_plane(x.shape(), oh, ow), x.dtype());
@@ -247,7 +283,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape) {
-  check_cpu("adaptive_avg_pool2d_backward", {&grad_out});
+  const bool cuda = on_cuda("adaptive_avg_pool2d_backward", {&grad_out});
   check_floating("adaptive_avg_pool2d_backward", grad_out);
   const Planes p = planes_of("adaptive_avg_pool2d_backward", input_shape);
   KILN_CHECK(grad_out.dim() == input_shape.ndim(), "adaptive_avg_pool2d_backward: grad_out ", grad_out.shape(),
@@ -255,6 +291,9 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
   const int64_t oh = grad_out.shape()[grad_out.dim() - 2], ow = grad_out.shape()[grad_out.dim() - 1];
   check_grad_out("adaptive_avg_pool2d_backward", grad_out, with_plane(input_shape, oh, ow));
   KILN_CHECK(oh >= 1 && ow >= 1, "adaptive_avg_pool2d_backward: empty grad_out ", grad_out.shape());
+  if constexpr (cuda::kBuilt)
+    if (cuda) return cuda::adaptive_avg_pool2d_backward(grad_out, input_shape);
+  check_cpu("adaptive_avg_pool2d_backward", {&grad_out});
   const Tensor gy = grad_out.contiguous();
   Tensor gx = empty(input_shape, grad_out.dtype());
   dispatch_floating(grad_out.dtype(), "adaptive_avg_pool2d_backward", [&]<class T>() {
