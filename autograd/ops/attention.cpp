@@ -1,6 +1,10 @@
-// Differentiable scaled dot-product attention in plain math (no fused kernel): the forward keeps
-// the attention probabilities P (B, H, T, T), from which the backward gets every gradient:
-// dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D).
+// Differentiable scaled dot-product attention, two paths:
+// - fused: CUDA bf16/f16 with head dim 64 or 128 runs the flash kernels (core/cuda/flash_attention.h):
+//   no T x T matrix; the node saves q, k, v, out and the row logsumexp and the backward kernels
+//   rebuild the probabilities from them.
+// - composed: everything else (the CPU, CUDA f32/f64, other head dims) in plain math that keeps the
+//   probabilities P (B, H, T, T): dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)),
+//   dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D).
 #include <kiln/autograd/ops/functional.h>
 
 #include <cmath>
@@ -8,7 +12,10 @@
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
+#include <kiln/core/cuda/flash_attention.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/factory.h>
+#include <kiln/core/ops/common.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/matmul.h>
 #include <kiln/core/ops/softmax.h>
@@ -16,6 +23,8 @@
 namespace kiln {
 
 namespace {
+
+// --- composed path ----------------------------------------------------------------------------
 
 class AttentionBackward final : public autograd::OpNode {
  public:
@@ -38,6 +47,73 @@ class AttentionBackward final : public autograd::OpNode {
   double scale_;
 };
 
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  const int64_t t = q.size(2);
+  Tensor qd = autograd::saved(q), kd = autograd::saved(k), vd = autograd::saved(v);
+  Tensor scores = ops::mul(ops::matmul(qd, kd.transpose(-2, -1)), scale);  // (B, H, T, T)
+  if (causal) {
+    // Row i sees columns j <= i.
+    Tensor pos = arange(static_cast<double>(t));
+    Tensor future = ops::gt(pos.view({1, t}), pos.view({t, 1})).to(q.device());  // (T, T)
+    scores = ops::masked_fill(scores, future, -std::numeric_limits<double>::infinity());
+  }
+  Tensor probs = ops::softmax(scores, -1);
+  Tensor out = ops::matmul(probs, vd);  // (B, H, T, Dv)
+  if (auto node = autograd::make_node<AttentionBackward>({&q, &k, &v}, scale)) {
+    node->q = qd;
+    node->k = kd;
+    node->v = vd;
+    node->probs = probs;
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+// --- fused path (CUDA) ------------------------------------------------------------------------
+
+class FlashAttentionBackward final : public autograd::OpNode {
+ public:
+  FlashAttentionBackward(bool causal, double scale) : causal_(causal), scale_(scale) {}
+  Tensor q, k, v, out;  // (B, H, T, D)
+  Tensor lse;           // (B, H, T) f32
+  std::string name() const override { return "ScaledDotProductFlashAttentionBackward"; }
+  void release_saved() override { q = k = v = out = lse = Tensor(); }
+  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
+    if (!g[0].defined()) return std::vector<Tensor>(next_edges.size());
+    if constexpr (cuda::kBuilt) {
+      const bool need_dkdv = needs_input_grad(1) || needs_input_grad(2);
+      cuda::FlashAttentionGrads d = cuda::flash_attention_backward(g[0].to(q.dtype()), q, k, v, out, lse, causal_,
+                                                                   scale_, needs_input_grad(0), need_dkdv);
+      return {input_grad(0, d.dq), input_grad(1, d.dk), input_grad(2, d.dv)};
+    } else {
+      KILN_ASSERT(false, "FlashAttentionBackward in a build without CUDA");
+      return {};
+    }
+  }
+
+ private:
+  bool causal_;
+  double scale_;
+};
+
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  if constexpr (cuda::kBuilt) {
+    cuda::FlashAttentionForward f = cuda::flash_attention_forward(q, k, v, causal, scale);
+    if (auto node = autograd::make_node<FlashAttentionBackward>({&q, &k, &v}, causal, scale)) {
+      node->q = autograd::saved(q);
+      node->k = autograd::saved(k);
+      node->v = autograd::saved(v);
+      node->out = autograd::saved(f.out);
+      node->lse = f.lse;
+      autograd::set_history(f.out, node);
+    }
+    return f.out;
+  } else {
+    KILN_ASSERT(false, "flash attention in a build without CUDA");
+    return Tensor();
+  }
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal) {
@@ -58,27 +134,13 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   KILN_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
              "scaled_dot_product_attention: q, k, v must share one floating dtype, got ", q.dtype(), ", ", k.dtype(),
              ", ", v.dtype());
-  const int64_t t = q.size(2), d = q.size(3);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  ops::check_same_device("scaled_dot_product_attention", q, k);
+  ops::check_same_device("scaled_dot_product_attention", q, v);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
 
-  Tensor qd = autograd::saved(q), kd = autograd::saved(k), vd = autograd::saved(v);
-  Tensor scores = ops::mul(ops::matmul(qd, kd.transpose(-2, -1)), scale);  // (B, H, T, T)
-  if (causal) {
-    // Row i sees columns j <= i.
-    Tensor pos = arange(static_cast<double>(t));
-    Tensor future = ops::gt(pos.view({1, t}), pos.view({t, 1})).to(q.device());  // (T, T)
-    scores = ops::masked_fill(scores, future, -std::numeric_limits<double>::infinity());
-  }
-  Tensor probs = ops::softmax(scores, -1);
-  Tensor out = ops::matmul(probs, vd);  // (B, H, T, Dv)
-  if (auto node = autograd::make_node<AttentionBackward>({&q, &k, &v}, scale)) {
-    node->q = qd;
-    node->k = kd;
-    node->v = vd;
-    node->probs = probs;
-    autograd::set_history(out, node);
-  }
-  return out;
+  if constexpr (cuda::kBuilt)
+    if (q.device().is_cuda() && cuda::flash_attention_supported(q, k, v)) return flash_attention(q, k, v, causal, scale);
+  return composed_attention(q, k, v, causal, scale);
 }
 
 }  // namespace kiln
