@@ -1,6 +1,7 @@
-// CPU matrix products over Eigen's GEMM. Operands are mapped in place (Eigen::Map with an outer
-// stride, row- or column-major) so transposed and sliced views cost no copy; the output is a fresh
-// contiguous row-major tensor written by one .noalias() product per matrix, with no temporaries.
+// Matrix products: argument checks and shapes for both devices; CUDA tensors go to cuBLASLt
+// (core/cuda/gemm.cpp). On the CPU, Eigen's GEMM: operands are mapped in place (Eigen::Map with an
+// outer stride, row- or column-major) so transposed and sliced views cost no copy; the output is a
+// fresh contiguous row-major tensor written by one .noalias() product per matrix, no temporaries.
 #include <kiln/core/ops/matmul.h>
 
 // GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
@@ -13,8 +14,11 @@
 #include <optional>
 #include <vector>
 
+#include <kiln/core/cuda/gemm.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
+#include <kiln/core/ops/elementwise.h>
 #include <kiln/core/parallel.h>
 
 namespace kiln::ops {
@@ -209,24 +213,40 @@ void batched_product(const Tensor& a, const Tensor& b, const Tensor& out, const 
   }
 }
 
+// Both defined and on one device, the CPU or (in a CUDA build) a CUDA device.
+void check_devices(const char* op, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), op, ": argument ", a.defined() ? 1 : 0, " is an undefined tensor");
+  check_same_device(op, a, b);
+  if (!cuda::kBuilt || !a.device().is_cuda()) check_cpu(op, {&a, &b});
+}
+
 void check_operands(const char* op, const Tensor& a, const Tensor& b) {
-  check_cpu(op, {&a, &b});
+  check_devices(op, a, b);
   KILN_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), op,
              ": expected floating-point operands (f32, f64, bf16, f16), got ", a.dtype(), " and ", b.dtype(),
              "; convert integer tensors with .to(DType::f32)");
   KILN_CHECK(a.dtype() == b.dtype(), op, ": expected operands of one dtype, got ", a.dtype(), " and ", b.dtype());
 }
 
+// The batch shape of a2 (..., M, K) @ b2 (..., K, N): the broadcast of their batch dims, after
+// checking K. `a_shape`/`b_shape` are the caller's shapes, for the error message.
+Shape product_batch(const char* op, const Tensor& a2, const Tensor& b2, const Shape& a_shape, const Shape& b_shape) {
+  const int64_t da = a2.dim(), db = b2.dim();
+  const int64_t k = a2.shape()[da - 1];
+  KILN_CHECK(b2.shape()[db - 2] == k, op, ": inner dimensions do not match: ", a_shape, " @ ", b_shape, " (",
+             k, " vs ", b2.shape()[db - 2], ")");
+  return broadcast_shapes(Shape(a2.shape().begin(), a2.shape().end() - 2),
+                          Shape(b2.shape().begin(), b2.shape().end() - 2), op);
+}
+
 // a2 (..., M, K) @ b2 (..., K, N) with broadcast batch dims (+ bias (N)): (batch..., M, N) in a2's
 // dtype. `a_shape`/`b_shape` are the caller's shapes, for the error message.
 Tensor product(const char* op, const Tensor& a2, const Tensor& b2, const Tensor& bias, const Shape& a_shape,
                const Shape& b_shape) {
-  const int64_t da = a2.dim(), db = b2.dim();
-  const int64_t m = a2.shape()[da - 2], k = a2.shape()[da - 1], n = b2.shape()[db - 1];
-  KILN_CHECK(b2.shape()[db - 2] == k, op, ": inner dimensions do not match: ", a_shape, " @ ", b_shape, " (",
-             k, " vs ", b2.shape()[db - 2], ")");
-  const Shape batch = broadcast_shapes(Shape(a2.shape().begin(), a2.shape().end() - 2),
-                                       Shape(b2.shape().begin(), b2.shape().end() - 2), op);
+  const Shape batch = product_batch(op, a2, b2, a_shape, b_shape);
+  if constexpr (cuda::kBuilt)
+    if (a2.device().is_cuda()) return cuda::gemm(a2, b2, bias, batch);
+  const int64_t m = a2.shape()[a2.dim() - 2], k = a2.shape()[a2.dim() - 1], n = b2.shape()[b2.dim() - 1];
   const DType dt = a2.dtype();
   const DType ct = dt == DType::f64 ? DType::f64 : DType::f32;  // 16-bit: f32, rounded once at the end
   auto full_shape = [&](int64_t r, int64_t c) {
@@ -277,24 +297,48 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   return product("mm", a, b, Tensor(), a.shape(), b.shape());
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_operands("linear", x, weight);
-  KILN_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ",
-             weight.shape());
-  KILN_CHECK(x.dim() >= 1, "linear: input must have at least 1 dim, got shape ", x.shape());
-  KILN_CHECK(x.shape().back() == weight.shape()[1], "linear: input's last dim ", x.shape().back(),
+namespace {
+
+// x (..., in), weight (out, in), bias (out) or undefined: one device, one dtype.
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_operands(op, x, weight);
+  KILN_CHECK(weight.dim() == 2, op, ": weight must be 2-D (out_features, in_features), got shape ", weight.shape());
+  KILN_CHECK(x.dim() >= 1, op, ": input must have at least 1 dim, got shape ", x.shape());
+  KILN_CHECK(x.shape().back() == weight.shape()[1], op, ": input's last dim ", x.shape().back(),
              " does not match in_features ", weight.shape()[1], " (input ", x.shape(), ", weight ", weight.shape(),
              ")");
   if (bias.defined()) {
-    check_cpu("linear", {&bias});
-    KILN_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linear: bias must have shape [",
+    check_devices(op, x, bias);
+    KILN_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], op, ": bias must have shape [",
                weight.shape()[0], "], got ", bias.shape());
-    KILN_CHECK(bias.dtype() == x.dtype(), "linear: bias dtype ", bias.dtype(), " differs from the input's ",
-               x.dtype());
+    KILN_CHECK(bias.dtype() == x.dtype(), op, ": bias dtype ", bias.dtype(), " differs from the input's ", x.dtype());
   }
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear("linear", x, weight, bias);
   const Tensor x2 = x.dim() == 1 ? x.unsqueeze(0) : x;
   Tensor out = product("linear", x2, weight.t(), bias, x.shape(), weight.shape());
   return x.dim() == 1 ? out.squeeze(0) : out;
+}
+
+LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear("linear_gelu", x, weight, bias);
+  if constexpr (cuda::kBuilt) {
+    if (x.device().is_cuda()) {
+      const Tensor x2 = x.dim() == 1 ? x.unsqueeze(0) : x;
+      const Tensor wt = weight.t();
+      const Shape batch = product_batch("linear_gelu", x2, wt, x.shape(), weight.shape());
+      if (auto fused = cuda::gemm_gelu(x2, wt, bias, batch)) {
+        if (x.dim() == 1) return {fused->out.squeeze(0), fused->pre_gelu.squeeze(0)};
+        return {fused->out, fused->pre_gelu};
+      }
+    }
+  }
+  Tensor pre = linear(x, weight, bias);
+  return {gelu_tanh(pre), pre};
 }
 
 }  // namespace kiln::ops

@@ -1,6 +1,7 @@
 // Matrix products with torch semantics: matmul (dot, matrix-vector, GEMM, batched with batch-dim
-// broadcasting), bmm, mm and linear. GEMM runs through Eigen on strided views without copying when
-// a matrix is row- or column-major; f32/f64 natively, bf16/f16 computed in f32 and rounded once.
+// broadcasting), bmm, mm, linear and the fused linear + GELU. GEMM runs on strided views without
+// copying when a matrix is row- or column-major: Eigen on the CPU, cuBLASLt on CUDA (where f32 may
+// use TF32, see cuda::set_allow_tf32); f32/f64 natively, bf16/f16 computed in f32 and rounded once.
 #pragma once
 
 #include <kiln/core/tensor.h>
@@ -20,5 +21,15 @@ Tensor mm(const Tensor& a, const Tensor& b);
 
 // x (..., in) @ weight^T + bias: weight is (out, in), bias (out) or undefined. Result (..., out).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// GELU (tanh approximation, GPT-2's) of linear(x, weight, bias), keeping the pre-activation a
+// backward pass needs: out = gelu_tanh(pre_gelu), pre_gelu = linear(x, weight, bias). On CUDA the
+// GELU runs in cuBLASLt's epilogue when it can (out_features a multiple of 8, an aligned bias);
+// otherwise, and on the CPU, it is linear followed by gelu_tanh.
+struct LinearGelu {
+  Tensor out;
+  Tensor pre_gelu;
+};
+LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 }  // namespace kiln::ops

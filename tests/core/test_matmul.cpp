@@ -1,82 +1,22 @@
-// matmul / bmm / mm / linear against a plain double loop over test::at, on random inputs of every
-// floating dtype, odd sizes (Eigen's blocking edges), strided views (transposed, sliced with a step,
-// expanded batches), batch broadcasting, thread-count independence and the error messages.
+// matmul / bmm / mm / linear / linear_gelu against a plain double loop (matmul_reference.h), on random
+// inputs of every floating dtype, odd sizes (Eigen's blocking edges), strided views (transposed,
+// sliced with a step, expanded batches), batch broadcasting, thread-count independence and the
+// error messages.
 #include "test_util.h"
 
 #include <algorithm>
 
+#include "matmul_reference.h"
+
 using namespace kiln;
-using kiln::test::at;
 
 namespace {
 
-struct Expected {
-  Shape shape;
-  std::vector<double> value;  // row-major
-  std::vector<double> scale;  // sum_k |a_ik * b_kj| (+ |bias_j|): the size of the rounding error
-};
+using test::Expected;
+using test::reference_matmul;
 
-// torch.matmul semantics written out as loops: 1-D operands promoted, batch dims broadcast.
-Expected reference_matmul(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
-  const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
-  const int64_t da = a.dim(), db = b.dim();
-  const int64_t m = a1 ? 1 : a.shape()[da - 2], k = a.shape()[da - 1];
-  const int64_t n = b1 ? 1 : b.shape()[db - 1];
-  REQUIRE((b1 ? b.shape()[0] : b.shape()[db - 2]) == k);
-  const int64_t ba = a1 ? 0 : da - 2, bb = b1 ? 0 : db - 2;  // batch dims of each
-  const int64_t nb = std::max(ba, bb);
-  Shape batch(nb, 1);
-  for (int64_t d = 0; d < nb; ++d) {
-    int64_t sa = d - (nb - ba) >= 0 ? a.shape()[d - (nb - ba)] : 1;
-    int64_t sb = d - (nb - bb) >= 0 ? b.shape()[d - (nb - bb)] : 1;
-    REQUIRE((sa == sb || sa == 1 || sb == 1));
-    batch[d] = std::max(sa, sb);
-  }
-  Expected e;
-  e.shape = batch;
-  if (!a1) e.shape.push_back(m);
-  if (!b1) e.shape.push_back(n);
-  test::for_each_index(batch.empty() ? Shape{1} : batch, [&](const std::vector<int64_t>& bi) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double sum = 0, mag = 0;
-        for (int64_t kk = 0; kk < k; ++kk) {
-          std::vector<int64_t> ia, ib;
-          for (int64_t d = 0; d < ba; ++d) ia.push_back(a.shape()[d] == 1 ? 0 : bi[d + nb - ba]);
-          for (int64_t d = 0; d < bb; ++d) ib.push_back(b.shape()[d] == 1 ? 0 : bi[d + nb - bb]);
-          if (!a1) ia.push_back(i);
-          ia.push_back(kk);
-          ib.push_back(kk);
-          if (!b1) ib.push_back(j);
-          double p = at(a, ia) * at(b, ib);
-          sum += p;
-          mag += std::fabs(p);
-        }
-        if (bias.defined()) {
-          sum += at(bias, {j});
-          mag += std::fabs(at(bias, {j}));
-        }
-        e.value.push_back(sum);
-        e.scale.push_back(mag);
-      }
-  });
-  return e;
-}
-
-// Each element within rtol(dtype) * (1 + sqrt(K)/4) * sum|a b|: rounding grows with the dot length.
 void check_product(const Tensor& out, const Expected& e, DType dt, int64_t k, const std::string& what) {
-  REQUIRE_MESSAGE(out.shape() == e.shape, what, ": shape ", out.shape(), ", expected ", e.shape);
-  CHECK(out.dtype() == dt);
-  CHECK(out.is_contiguous());
-  const std::vector<double> got = test::values(out);
-  const double rtol = test::rtol_for(dt) * (1.0 + std::sqrt(double(k)) / 4.0);
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double tol = rtol * e.scale[i] + 1e-30;
-    if (!(std::fabs(got[i] - e.value[i]) <= tol)) {
-      FAIL_CHECK(what, ": element ", i, " is ", got[i], ", expected ", e.value[i], " (tol ", tol, ")");
-      return;
-    }
-  }
+  test::check_product_within(out, e, dt, test::product_tolerance(test::rtol_for(dt), k), what);
 }
 
 void check_matmul(const Tensor& a, const Tensor& b, const std::string& what) {
@@ -202,6 +142,36 @@ TEST_CASE("linear = x @ weight^T + bias") {
   }
   Tensor in0 = ops::linear(test::random({3, 0}), test::random({2, 0}), tensor({1.5f, -2.f}));
   CHECK(test::values(in0) == std::vector<double>{1.5, -2, 1.5, -2, 1.5, -2});
+}
+
+TEST_CASE("linear_gelu = gelu_tanh(linear), keeping the pre-activation") {
+  for (DType dt : kFloating) {
+    const double tol = test::product_tolerance(test::rtol_for(dt), 33);
+    Tensor w = test::random({7, 33}, dt, 71), bias = test::random({7}, dt, 72);
+    Tensor x = test::random({2, 5, 33}, dt, 73);
+    for (bool with_bias : {true, false}) {
+      const Tensor b = with_bias ? bias : Tensor();
+      const std::string what = detail::str_cat(dt, with_bias ? " with bias" : " without bias");
+      ops::LinearGelu r = ops::linear_gelu(x, w, b);
+      const Expected e = reference_matmul(x, w.t(), b);
+      test::check_product_within(r.pre_gelu, e, dt, tol, what + " pre_gelu");
+      test::check_gelu(r.out, e, dt, tol, test::rtol_for(dt), 0.0, what + " out");
+    }
+    Tensor x1 = test::random({33}, dt, 74);
+    ops::LinearGelu r1 = ops::linear_gelu(x1, w, bias);
+    CHECK(r1.out.shape() == Shape{7});
+    CHECK(r1.pre_gelu.shape() == Shape{7});
+    test::check_gelu(r1.out, reference_matmul(x1, w.t(), bias), dt, tol, test::rtol_for(dt), 0.0,
+                     detail::str_cat(dt, " 1-D input"));
+  }
+  // Values of both signs and beyond |x| = 3, where tanh GELU differs most from x and from 0.
+  Tensor x = test::random({4, 16}, DType::f64, 75, -6, 6), w = test::random({9, 16}, DType::f64, 76, -1, 1);
+  ops::LinearGelu r = ops::linear_gelu(x, w);
+  test::check_gelu(r.out, reference_matmul(x, w.t()), DType::f64, 1e-12, 1e-12, 0.0, "f64 wide range");
+  CHECK_ERROR_CONTAINS(ops::linear_gelu(test::random({2, 5}), test::random({3, 4})), "linear_gelu", "[2, 5]",
+                       "[3, 4]");
+  CHECK_ERROR_CONTAINS(ops::linear_gelu(test::random({2, 4}), test::random({3, 4}), test::random({4})),
+                       "linear_gelu", "[3]", "[4]");
 }
 
 TEST_CASE("bad operands name the shapes and dtypes") {
