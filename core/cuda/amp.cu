@@ -5,6 +5,7 @@
 
 #include <kiln/core/cuda/common.cuh>
 #include <kiln/core/cuda/multi_tensor.cuh>
+#include <kiln/core/cuda/optim_step_math.h>
 
 namespace kiln::cuda {
 
@@ -29,8 +30,7 @@ struct UnscaleOp {
   __device__ void operator()(const Table& tab, ChunkRange r) const {
     // grad_scaler.cpp: inv_scale = float(1 / double(scale)), handed to ops::mul_ as a double,
     // which rounds it to the gradient's dtype.
-    const float inv_scale = static_cast<float>(1.0 / static_cast<double>(*scale));
-    const dacc_t<T> inv = load_acc(store_as<T>(inv_scale));
+    const dacc_t<T> inv = load_acc(store_as<T>(math::inv_scale(*scale)));
     T* x = static_cast<T*>(tab.ptr[0][r.t]);
     bool non_finite = false;
     for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
@@ -59,16 +59,11 @@ using GradTable = mt::TensorTable<1, mt::NoMeta, 110, 320>;
 
 __global__ void update_scale_kernel(float* scale, int64_t* growth_tracker, const float* found_inf,
                                     double growth_factor, double backoff_factor, int64_t growth_interval) {
-  if (*found_inf != 0.f) {
-    *scale = static_cast<float>(static_cast<double>(*scale) * backoff_factor);
-    *growth_tracker = 0;
-  } else if (*growth_tracker + 1 == growth_interval) {
-    const float grown = static_cast<float>(static_cast<double>(*scale) * growth_factor);
-    if (isfinite(grown)) *scale = grown;
-    *growth_tracker = 0;
-  } else {
-    ++*growth_tracker;
-  }
+  float s = *scale;
+  int64_t tracker = *growth_tracker;
+  math::update_scale(s, tracker, *found_inf != 0.f, growth_factor, backoff_factor, growth_interval);
+  *scale = s;
+  *growth_tracker = tracker;
 }
 
 constexpr int kMaxFlags = 480;

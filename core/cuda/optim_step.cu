@@ -9,6 +9,7 @@
 
 #include <kiln/core/cuda/common.cuh>
 #include <kiln/core/cuda/multi_tensor.cuh>
+#include <kiln/core/cuda/optim_step_math.h>
 #include <kiln/core/factory.h>
 
 namespace kiln::cuda {
@@ -101,15 +102,10 @@ struct StepMeta {
   const int64_t* step;  // already advanced: the 1-based number of this update
 };
 
-template <class T>
-struct AdamWCoeffs {  // rounded to T on the host, as adamw.cpp's Coeffs
-  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
-};
-
 // Lists: 0 params, 1 grads, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (amsgrad).
 template <class T, bool kAmsgrad>
 struct AdamWOp {
-  AdamWCoeffs<T> c;
+  math::AdamWCoeffs<T> c;
   double lr, beta1, beta2;  // for the bias corrections
   const float* found_inf;   // null: never skipped
 
@@ -122,12 +118,8 @@ struct AdamWOp {
     T* v = static_cast<T*>(tab.ptr[3][r.t]);
     T* vmax = nullptr;
     if constexpr (kAmsgrad) vmax = static_cast<T*>(tab.ptr[4][r.t]);
-    // adamw.cpp: bias corrections in double from the step count, then rounded to T once.
-    const double t = static_cast<double>(*tab.meta[r.t].step);
-    const double bias_correction1 = 1.0 - pow(beta1, t);
-    const double bias_correction2 = 1.0 - pow(beta2, t);
-    const T bias_correction2_sqrt = static_cast<T>(sqrt(bias_correction2));
-    const T neg_step_size = static_cast<T>(-(lr / bias_correction1));
+    const math::AdamWStepCoeffs<T> sc =
+        math::adamw_step_coeffs<T>(lr, beta1, beta2, static_cast<double>(*tab.meta[r.t].step));
     for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
       T rp[kILP], rg[kILP], rm[kILP], rv[kILP], rmax[kILP];
 #pragma unroll
@@ -145,21 +137,11 @@ struct AdamWOp {
       for (int k = 0; k < kILP; ++k) {
         const int64_t i = ilp_index(base, k);
         if (i >= r.end) continue;
-        const T gi = rg[k];
-        T pi = rp[k] * c.decay;                                 // param.mul_(1 - lr * wd)
-        const T mi = rm[k] * c.beta1 + c.one_minus_beta1 * gi;  // exp_avg.mul_(b1).add_(g, 1 - b1)
-        const T vi = rv[k] * c.beta2 + c.one_minus_beta2 * gi * gi;
-        T second = vi;
-        if constexpr (kAmsgrad) {
-          rmax[k] = rmax[k] < vi || vi != vi ? vi : rmax[k];  // torch.maximum (NaN wins)
-          second = rmax[k];
-          vmax[i] = rmax[k];
-        }
-        const T denom = sqrt(second) / bias_correction2_sqrt + c.eps;
-        pi = pi + neg_step_size * mi / denom;  // param.addcdiv_(m, denom, -step_size)
-        p[i] = pi;
-        m[i] = mi;
-        v[i] = vi;
+        math::adamw_element<T, kAmsgrad>(rp[k], rg[k], rm[k], rv[k], rmax[k], c, sc);
+        p[i] = rp[k];
+        m[i] = rm[k];
+        v[i] = rv[k];
+        if constexpr (kAmsgrad) vmax[i] = rmax[k];
       }
     }
   }
@@ -169,9 +151,8 @@ template <class T, bool kAmsgrad>
 void launch_adamw(const AdamWTensors& t, const AdamWHyper& h, const float* found_inf, cudaStream_t stream) {
   // Note [Multi-tensor table] sizes: depth * 8 + 16 bytes per tensor, 5 per block, under 4 KiB.
   using Table = mt::TensorTable<kAmsgrad ? 5 : 4, StepMeta, kAmsgrad ? 36 : 40, 320>;
-  const AdamWCoeffs<T> c{T(1.0 - h.lr * h.weight_decay), T(h.beta1), T(1.0 - h.beta1),
-                         T(h.beta2),                     T(1.0 - h.beta2), T(h.eps)};
-  const AdamWOp<T, kAmsgrad> op{c, h.lr, h.beta1, h.beta2, found_inf};
+  const AdamWOp<T, kAmsgrad> op{math::adamw_coeffs<T>(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay), h.lr, h.beta1,
+                                h.beta2, found_inf};
   mt::pack_and_flush<Table>(
       static_cast<int64_t>(t.params.size()), [&](int64_t i) { return t.params[i].numel(); },
       [&](Table& tab, int slot, int64_t i) {
@@ -195,8 +176,7 @@ struct SgdMeta {
 // Lists: 0 params, 1 grads, 2 momentum buffers (kMomentum).
 template <class T, bool kMomentum>
 struct SgdOp {
-  T weight_decay, momentum, one_minus_dampening, neg_lr;  // rounded to T as ops::add_/mul_ do
-  bool has_weight_decay, nesterov;
+  math::SgdCoeffs<T> c;
   const float* found_inf;
 
   template <class Table>
@@ -205,10 +185,10 @@ struct SgdOp {
     T* p = static_cast<T*>(tab.ptr[0][r.t]);
     const T* g = static_cast<const T*>(tab.ptr[1][r.t]);
     T* buf = nullptr;
-    bool first = false;  // sgd.cpp: no buffer yet, so it becomes d_p itself
+    bool first = false;
     if constexpr (kMomentum) {
       buf = static_cast<T*>(tab.ptr[2][r.t]);
-      first = tab.meta[r.t].fresh != 0 || *tab.meta[r.t].step == 1;
+      first = math::sgd_first_update(tab.meta[r.t].fresh != 0, *tab.meta[r.t].step);
     }
     for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
       T rp[kILP], rg[kILP], rb[kILP];
@@ -218,25 +198,18 @@ struct SgdOp {
         if (i < r.end) {
           rp[k] = p[i];
           rg[k] = g[i];
-          if constexpr (kMomentum) rb[k] = first ? T(0) : buf[i];
+          rb[k] = T(0);
+          if constexpr (kMomentum)
+            if (!first) rb[k] = buf[i];  // a fresh buffer is never read
         }
       }
 #pragma unroll
       for (int k = 0; k < kILP; ++k) {
         const int64_t i = ilp_index(base, k);
         if (i >= r.end) continue;
-        T d = rg[k];
-        if (has_weight_decay) d = d + weight_decay * rp[k];  // d_p = g.clone().add_(p, wd)
-        if constexpr (kMomentum) {
-          T b = d;  // first: buf = d_p
-          if (!first) {
-            b = rb[k] * momentum;              // buf.mul_(momentum)
-            b = b + one_minus_dampening * d;   // buf.add_(d_p, 1 - dampening)
-          }
-          buf[i] = b;
-          d = nesterov ? d + momentum * b : b;  // d_p.add_(buf, momentum) or d_p = buf
-        }
-        p[i] = rp[k] + neg_lr * d;  // p.add_(d_p, -lr)
+        math::sgd_element<T, kMomentum>(rp[k], rg[k], rb[k], first, c);
+        p[i] = rp[k];
+        if constexpr (kMomentum) buf[i] = rb[k];
       }
     }
   }
@@ -245,8 +218,8 @@ struct SgdOp {
 template <class T, bool kMomentum>
 void launch_sgd(const SGDTensors& t, const SGDHyper& h, const float* found_inf, cudaStream_t stream) {
   using Table = mt::TensorTable<kMomentum ? 3 : 2, SgdMeta, 40, 320>;
-  const SgdOp<T, kMomentum> op{T(h.weight_decay), T(h.momentum), T(1.0 - h.dampening), T(-h.lr),
-                               h.weight_decay != 0.0, h.nesterov, found_inf};
+  const SgdOp<T, kMomentum> op{math::sgd_coeffs<T>(h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov),
+                               found_inf};
   mt::pack_and_flush<Table>(
       static_cast<int64_t>(t.params.size()), [&](int64_t i) { return t.params[i].numel(); },
       [&](Table& tab, int slot, int64_t i) {
@@ -311,11 +284,9 @@ __global__ void norm_finish_kernel(const double* partial, int64_t count, double 
     acc = K == NormKind::inf ? mt::nan_max(acc, partial[i]) : acc + partial[i];
   acc = mt::block_reduce_double<K == NormKind::inf>(acc, scratch);
   if (threadIdx.x == 0) {
-    const double norm = K == NormKind::inf || K == NormKind::l1 ? acc
-                        : K == NormKind::l2                     ? sqrt(acc)
-                                                                : pow(acc, 1.0 / p);
+    const double norm = math::norm_from_sum(acc, p, K == NormKind::inf);
     *total = norm;
-    *clip_coef = max_norm / (norm + 1e-6);
+    *clip_coef = math::clip_coef(max_norm, norm);
   }
 }
 
