@@ -1,12 +1,16 @@
 // AdamW: torch.optim.AdamW (1.13, single-tensor path) in one fused pass per parameter.
 // kiln::ops has no addcmul_/addcdiv_/sqrt_, and composing the update from out-of-place ops would
 // allocate three parameter-sized temporaries per step; this loop allocates none and performs
-// torch's operations in torch's order, each rounded to the parameter's dtype.
+// torch's operations in torch's order, each rounded to the parameter's dtype. CUDA parameters go
+// to the multi-tensor kernel (core/cuda/optim_step.h), which does the same per element.
 #include <kiln/optim/adamw.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <kiln/autograd/grad_mode.h>
+#include <kiln/core/cuda/optim_step.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
 
@@ -55,6 +59,21 @@ void adamw_update(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const Coeffs
       p[i] = p[i] + c.neg_step_size * m[i] / denom;             // param.addcdiv_(m, denom, -step_size)
     }
   });
+}
+
+// The CUDA parameters of one group with one device and dtype: one fused launch.
+struct CudaBatch {
+  Device device;
+  DType dtype;
+  cuda::AdamWTensors tensors;
+  std::vector<std::pair<Tensor, Tensor>> write_back;  // (strided parameter, its contiguous working copy)
+};
+
+CudaBatch& batch_for(std::vector<CudaBatch>& batches, const Tensor& p) {
+  auto it = std::find_if(batches.begin(), batches.end(),
+                         [&](const CudaBatch& b) { return b.device == p.device() && b.dtype == p.dtype(); });
+  if (it != batches.end()) return *it;
+  return batches.emplace_back(CudaBatch{p.device(), p.dtype(), {}, {}});
 }
 
 }  // namespace
@@ -115,18 +134,42 @@ void AdamW::check_hyper_params(const HyperParams& hp) const {
 //   vmax = max(vmax, v) and v := vmax           (amsgrad)
 //   denom = sqrt(v) / sqrt(1 - beta2^t) + eps   (eps outside the square root)
 //   p -= lr / (1 - beta1^t) * m / denom
-void AdamW::step() {
+void AdamW::step() { step(Tensor()); }
+
+void AdamW::step(const Tensor& found_inf) {
   NoGradGuard no_grad;
+  HostSkip skip_on_host(found_inf);
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const AdamWOptions& o = options_[g];
     const auto [beta1, beta2] = o.betas();
+    std::vector<CudaBatch> batches;
     for (size_t i = 0; i < params(g).size(); ++i) {
       Tensor grad = grad_for_update(g, i);
       if (!grad.defined()) continue;
       Tensor p = params(g)[i];
-      KILN_CHECK(p.device().is_cpu(), "AdamW: parameter ", i, " of group ", g, " is on ", p.device(),
-                 "; the fused AdamW update has a CPU kernel only");
-      ParamState& st = mutable_state(g, i);
+      if (p.device().is_cuda()) {
+        ParamState& st = state_for_update(g, i);
+        if (!st.buffers.count("exp_avg")) {  // no update yet (or only skipped ones): zeros, as below
+          auto fresh = [&] { return zeros(p.shape(), TensorOptions(p.dtype()).device(p.device())); };
+          st.buffers["exp_avg"] = fresh();
+          st.buffers["exp_avg_sq"] = fresh();
+          if (o.amsgrad()) st.buffers["max_exp_avg_sq"] = fresh();
+        }
+        KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
+                   " has state from steps without amsgrad; amsgrad cannot be switched on mid-run");
+        CudaBatch& b = batch_for(batches, p);
+        Tensor work = p.is_contiguous() ? p : p.contiguous();  // a copy only for a strided parameter
+        if (!work.is_same(p)) b.write_back.emplace_back(p, work);
+        b.tensors.params.push_back(work);
+        b.tensors.grads.push_back(grad.contiguous());
+        b.tensors.exp_avgs.push_back(st.buffers.at("exp_avg"));
+        b.tensors.exp_avg_sqs.push_back(st.buffers.at("exp_avg_sq"));
+        if (o.amsgrad()) b.tensors.max_exp_avg_sqs.push_back(st.buffers.at("max_exp_avg_sq"));
+        b.tensors.steps.push_back(st.device_step);
+        continue;
+      }
+      if (skip_on_host()) continue;
+      ParamState& st = state_for_update(g, i);
       if (st.step == 0) {
         st.buffers["exp_avg"] = zeros(p.shape(), p.dtype());
         st.buffers["exp_avg_sq"] = zeros(p.shape(), p.dtype());
@@ -152,6 +195,13 @@ void AdamW::step() {
         run.template operator()<float>();
       if (!work.is_same(p)) p.copy_(work);
       ++st.step;
+    }
+    if constexpr (cuda::kBuilt) {
+      const cuda::AdamWHyper h{o.lr(), beta1, beta2, o.eps(), o.weight_decay(), o.amsgrad()};
+      for (CudaBatch& b : batches) {
+        cuda::adamw_step(b.tensors, h, found_inf_on(found_inf, b.device));
+        for (auto& [p, work] : b.write_back) p.copy_(work);
+      }
     }
   }
 }

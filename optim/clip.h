@@ -1,4 +1,5 @@
-// Gradient clipping by total norm, torch.nn.utils.clip_grad_norm_ (1.13 semantics).
+// Gradient clipping by total norm, torch.nn.utils.clip_grad_norm_ (1.13 semantics), on the CPU or
+// on one CUDA device.
 #pragma once
 
 #include <limits>
@@ -18,7 +19,16 @@ inline constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 // coefficient and every gradient becomes NaN; an infinite total gives coefficient 0 (finite
 // entries become 0, infinite ones NaN). With error_if_nonfinite=true a non-finite total throws
 // kiln::Error instead and leaves the gradients untouched.
+// On CUDA the norm is reduced and the gradients scaled on the device (core/cuda/optim_step.h);
+// returning the double reads it back: one host sync. All gradients must share one device.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                       bool error_if_nonfinite = false);
+
+// clip_grad_norm returning the total norm as a 0-dim f64 tensor on the gradients' device (a CPU
+// tensor for CPU gradients or when none has a gradient), like torch's clip_grad_norm_. On CUDA the
+// coefficient is read by the scaling kernel on the device: no host sync, unless
+// error_if_nonfinite=true, which must read the norm before it may scale.
+Tensor clip_grad_norm_tensor(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                             bool error_if_nonfinite = false);
 
 }  // namespace kiln::optim

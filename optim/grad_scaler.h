@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <vector>
 
 #include <kiln/optim/optimizer.h>
 
@@ -42,6 +43,17 @@ struct GradScalerOptions {
 // update() backs off when any of them found one; set_found_inf() sets all of them.
 // With enabled = false every call is a pass-through: scale returns the loss, step just steps.
 // BF16 autocast needs no scaler (bf16 has f32's exponent range).
+//
+// Note [GradScaler on CUDA]
+// The first CUDA loss (scale) or CUDA gradients (unscale_) move the scaler to that device: from
+// then on the scale (0-dim f32), the growth tracker (0-dim i64) and each optimizer's found_inf
+// flag (0-dim f32) live there and are changed only by kernels (core/cuda/amp.h), as torch's
+// _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_ do, so an iteration needs no
+// host sync: unscale_ sets the flag on the device, found_inf_tensor() / set_found_inf(Tensor)
+// carry it through a cross-rank all-reduce (MAX) without leaving the device, step_async() hands
+// it to Optimizer::step(found_inf), whose kernels skip themselves, and update() runs on the
+// device. What reads a value on the host syncs once: found_inf(), step() (its bool),
+// scale_value(), growth_tracker(), state_dict(). The arithmetic is the CPU path's.
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
@@ -53,15 +65,24 @@ class GradScaler {
   void unscale_(Optimizer& optimizer);
   // Whether an unscaled gradient this iteration was inf/NaN (any optimizer unscaled so far).
   bool found_inf() const;
+  // The same as a fresh 0-dim f32 tensor (1 or 0) on the scaler's device: all-reduce it with MAX
+  // across ranks and hand it back to set_found_inf(Tensor) without a host sync.
+  Tensor found_inf_tensor() const;
   // Overrides found_inf for every optimizer unscaled this iteration (the cross-rank result).
   void set_found_inf(bool found);
+  // The same from a one-element tensor (non-zero: found), read on the device when on CUDA.
+  void set_found_inf(const Tensor& found);
   // unscale_ when not done yet, then optimizer.step() unless found_inf; true when it stepped.
   bool step(Optimizer& optimizer);
+  // step() without reading the answer: the optimizer gets the found_inf flag (on CUDA its
+  // kernels skip themselves on the device) and the flag is returned as a fresh 0-dim f32 tensor
+  // (1: the step was skipped) on the scaler's device (the CPU until it moved).
+  Tensor step_async(Optimizer& optimizer);
   // Updates the scale from this iteration's found_inf and starts the next iteration.
   void update();
 
-  double scale_value() const { return scale_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
+  double scale_value() const;      // a host read of the device scale on CUDA
+  int64_t growth_tracker() const;  // likewise
   bool is_enabled() const { return options_.enabled_; }
   const GradScalerOptions& options() const { return options_; }
 
@@ -77,12 +98,24 @@ class GradScaler {
   enum class Stage { ready, unscaled, stepped };
   struct OptimizerState {
     Stage stage = Stage::ready;
-    bool found_inf = false;
+    bool found_inf = false;  // on the CPU
+    Tensor found_inf_dev;    // on CUDA (Note [GradScaler on CUDA]): 0-dim f32, defined once unscaled
   };
 
+  // Moves the scaler to `device` if it is a CUDA device and the scaler is still on the CPU; checks
+  // that tensors on `device` fit a scaler already on CUDA.
+  void use_device(Device device, const char* op) const;
+  bool on_cuda() const { return scale_dev_.defined(); }
+  // unscale_ if needed and mark the optimizer stepped (step, step_async).
+  OptimizerState& prepare_step(Optimizer& optimizer);
+  std::vector<Tensor> device_flags() const;  // this iteration's found_inf_dev tensors
+
   GradScalerOptions options_;
-  float scale_;
-  int64_t growth_tracker_ = 0;
+  float scale_;                 // the scale while on the CPU
+  int64_t growth_tracker_ = 0;  // likewise
+  // On CUDA these hold the truth instead; created on first use by scale() (const), hence mutable.
+  mutable Tensor scale_dev_;    // 0-dim f32
+  mutable Tensor tracker_dev_;  // 0-dim i64
   std::map<const Optimizer*, OptimizerState> per_optimizer_;  // this iteration's, cleared by update()
 };
 

@@ -53,14 +53,34 @@ void Optimizer::set_initial_lr(size_t group, double lr) {
   initial_lr_[group] = lr;
 }
 
+void Optimizer::step(const Tensor& found_inf) {
+  if (!found_inf.defined() || found_inf.item() == 0.0) step();
+}
+
 const ParamState& Optimizer::state(size_t group, size_t index) const {
+  ParamState& s = const_cast<Optimizer*>(this)->mutable_state(group, index);
+  if (s.device_step.defined()) s.step = static_cast<int64_t>(s.device_step.item());  // Note [Device step counts]
+  return s;
+}
+
+ParamState& Optimizer::mutable_state(size_t group, size_t index) {
   KILN_CHECK(index < params(group).size(), name_, ": group ", group, " has ", params_[group].size(),
              " parameters, no parameter ", index);
   return state_[group][index];
 }
 
-ParamState& Optimizer::mutable_state(size_t group, size_t index) {
-  return const_cast<ParamState&>(state(group, index));
+ParamState& Optimizer::state_for_update(size_t group, size_t index) {
+  ParamState& s = mutable_state(group, index);
+  const Device device = params_[group][index].device();
+  for (auto& [key, buffer] : s.buffers)
+    if (buffer.device() != device) buffer = buffer.to(device);
+  if (s.device_step.defined() && s.device_step.device() != device) {
+    s.step = static_cast<int64_t>(s.device_step.item());
+    s.device_step = Tensor();
+  }
+  if (device.is_cuda() && !s.device_step.defined())
+    s.device_step = full(Shape{}, static_cast<double>(s.step), TensorOptions(DType::i64).device(device));
+  return s;
 }
 
 void Optimizer::add_params(std::vector<Tensor> params) {
@@ -93,6 +113,19 @@ Tensor Optimizer::grad_for_update(size_t group, size_t index) const {
   return g;
 }
 
+Tensor Optimizer::found_inf_on(const Tensor& found_inf, Device device) {
+  if (!found_inf.defined()) return found_inf;
+  KILN_CHECK(found_inf.numel() == 1, "Optimizer::step: found_inf must hold one number, got shape ",
+             found_inf.shape());
+  return found_inf.to(device).to(DType::f32);
+}
+
+bool Optimizer::HostSkip::operator()() {
+  if (!found_inf_.defined()) return false;
+  if (value_ < 0) value_ = found_inf_.item() != 0.0 ? 1 : 0;
+  return value_ == 1;
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (const auto& group : params_) autograd::zero_grad(group, set_to_none);
 }
@@ -111,7 +144,7 @@ NamedTensors Optimizer::state_dict() const {
     // stale buffer that the update ignores).
     const std::vector<std::string> keys = state_keys(hyper_params(g));
     for (size_t i = 0; i < params_[g].size(); ++i) {
-      const ParamState& s = state_[g][i];
+      const ParamState& s = state(g, i);  // the device's step count, if it has one
       if (s.step == 0) continue;
       out.emplace_back(state_key(g, i, "step"), scalar_tensor(static_cast<double>(s.step), DType::i64));
       for (const std::string& k : keys) {

@@ -21,10 +21,22 @@ using HyperParams = std::map<std::string, double>;
 
 // State of one parameter: the number of updates it received (0 = no state yet) and its buffers
 // ("momentum_buffer", "exp_avg", ...), each shaped, typed and placed like the parameter.
+// A CUDA parameter's count lives on its device as well (Note [Device step counts]).
 struct ParamState {
   int64_t step = 0;
   std::map<std::string, Tensor> buffers;
+  Tensor device_step;  // CUDA parameters: 0-dim i64 on the parameter's device; else undefined
 };
+
+// Note [Device step counts]
+// On CUDA, SGD and AdamW update all parameters of a group with fused multi-tensor kernels
+// (core/cuda/optim_step.h), and step(found_inf) lets those kernels skip the update on the device
+// when GradScaler found an inf, so the host cannot know whether an update happened without a
+// sync. A CUDA parameter's step count therefore lives on the device (ParamState::device_step),
+// advanced by the kernels only when they update; AdamW's bias corrections are computed from it
+// there, in double as on the CPU, and SGD starts a momentum buffer on its first real update.
+// ParamState::step is brought up to date from the device (one host sync) by state() and
+// state_dict(); the fields are reconciled when a parameter moves between devices.
 
 // A parameter group: tensors updated with one set of options (SGDOptions, AdamWOptions).
 template <class Options>
@@ -57,6 +69,11 @@ class Optimizer {
 
   // One update of every parameter that has a gradient, under NoGradGuard.
   virtual void step() = 0;
+  // step(), skipped when `found_inf` (one element, e.g. GradScaler's flag) is non-zero; an
+  // undefined flag never skips. SGD and AdamW hand the flag of CUDA parameters to their kernels,
+  // which read it on the device (no host sync; Note [Device step counts]); CPU parameters, and
+  // optimizers that do not override this, read it once on the host.
+  virtual void step(const Tensor& found_inf);
 
   // Clears every parameter's .grad (set_to_none, the torch 2.x default) or zeroes it in place.
   void zero_grad(bool set_to_none = true);
@@ -69,7 +86,8 @@ class Optimizer {
   double initial_lr(size_t group) const;
   void set_initial_lr(size_t group, double lr);
 
-  // State of parameter `index` of `group` (step 0 and no buffers before its first update).
+  // State of parameter `index` of `group` (step 0 and no buffers before its first update). For a
+  // CUDA parameter, reading `step` from the device costs a host sync.
   const ParamState& state(size_t group, size_t index) const;
 
   NamedTensors state_dict() const;
@@ -94,11 +112,31 @@ class Optimizer {
 
   // Registers a group's parameters (checks: defined, f32/f64, leaf, not already in a group).
   void add_params(std::vector<Tensor> params);
-  ParamState& mutable_state(size_t group, size_t index);
+  ParamState& mutable_state(size_t group, size_t index);  // step as last written (no device read)
+  // mutable_state() made ready for an update of the parameter where it now lives: buffers on
+  // another device are moved there, and the step count is carried between `step` and
+  // `device_step` (Note [Device step counts]); a CUDA parameter always gets a device_step.
+  ParamState& state_for_update(size_t group, size_t index);
 
   // The gradient to apply to parameter (group, index), or an undefined tensor when it has none;
   // checks the gradient's shape, dtype and device against the parameter's.
   Tensor grad_for_update(size_t group, size_t index) const;
+
+  // step(found_inf)'s flag as the CUDA kernels on `device` read it: a one-element f32 tensor there
+  // (an undefined flag stays undefined).
+  static Tensor found_inf_on(const Tensor& found_inf, Device device);
+
+  // Whether step(found_inf) skips the parameters that live on the CPU: the flag is read on the
+  // host once, when the first of them asks.
+  class HostSkip {
+   public:
+    explicit HostSkip(Tensor found_inf) : found_inf_(std::move(found_inf)) {}
+    bool operator()();
+
+   private:
+    Tensor found_inf_;
+    int value_ = -1;  // -1: not read yet
+  };
 
  private:
   std::string name_;

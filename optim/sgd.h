@@ -43,6 +43,8 @@ class SGD : public Optimizer {
   void set_options(size_t group, const SGDOptions& options);  // checked like the constructor's
 
   void step() override;
+  // CUDA parameters: one fused launch per group, device and dtype (core/cuda/optim_step.h).
+  void step(const Tensor& found_inf) override;
 
  protected:
   HyperParams hyper_params(size_t group) const override;
