@@ -95,8 +95,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   const bool low = logits.dtype() == DType::bf16 || logits.dtype() == DType::f16;
   const DType out_dtype = autocast_enabled() && low ? DType::f32 : logits.dtype();
 
+  // Every CrossEntropyOptions option (ignore_index, label_smoothing, each reduction) is fused in
+  // the raw ops on both devices, so no option falls back to a composed path. Targets are moved to
+  // the logits' device (they may come from a CPU batch), as the host-side check used to allow.
   const Tensor rows_logits = autograd::saved(logits).reshape({n, c});
-  const Tensor rows_targets = targets.reshape({n});
+  const Tensor rows_targets = targets.to(logits.device()).reshape({n});
   ops::CrossEntropyResult r = ops::cross_entropy_forward(rows_logits, rows_targets, options.ignore_index_, ls);
   const double count = static_cast<double>(r.count);
   Tensor out = reduce_rows(r.loss, options.reduction_, lead, count).to(out_dtype);

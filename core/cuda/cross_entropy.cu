@@ -16,7 +16,7 @@ using namespace rowwise;
 // status[0] counts the rows whose target is not ignore_index; status[1] becomes nonzero when a
 // target is neither ignore_index nor in [0, c) (the host then finds and names it).
 template <class T, class I, int V>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(1024, 1)
     cross_entropy_forward_kernel(dacc_t<T>* __restrict__ loss,             // (rows,)
                                  dacc_t<T>* __restrict__ lse,              // (rows,)
                                  unsigned long long* __restrict__ status,  // (2,)
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(1024)
 // dlogits[row, j] = ((p - (j == t ? 1 - ls : 0)) - ls / c) * grad_loss[row * grad_stride] * scale
 // with p = exp(x - lse); 0 on ignored rows (and on out-of-range targets, which the forward rejects).
 template <class T, class I, int V>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(1024, 1)
     cross_entropy_backward_kernel(T* __restrict__ dlogits,                  // (rows, c)
                                   const T* __restrict__ logits,             // (rows, c)
                                   const I* __restrict__ targets,            // (rows,)

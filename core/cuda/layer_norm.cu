@@ -15,10 +15,12 @@ namespace {
 
 using namespace rowwise;
 
-constexpr size_t kMaxSharedPartials = 48 * 1024;  // the default dynamic shared memory limit
+// Partial sums use shared memory below the 48 KiB a block gets without opting in (less the static
+// scratch); longer rows keep them in the global scratch tensor.
+constexpr size_t kMaxSharedPartials = 46 * 1024;
 
 template <class T, class P, int V>
-__global__ void __launch_bounds__(1024) layer_norm_forward_kernel(T* __restrict__ out,           // (rows, n)
+__global__ void __launch_bounds__(1024, 1) layer_norm_forward_kernel(T* __restrict__ out,           // (rows, n)
                                           dacc_t<T>* __restrict__ mean,  // (rows,)
                                           dacc_t<T>* __restrict__ rstd,  // (rows,)
                                           const T* __restrict__ x,       // (rows, n)
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(1024) layer_norm_forward_kernel(T* __restrict_
 // its chunks (Note [Row launches]) in the partial sums: it alone zeroes, adds to and copies them
 // out, so they need neither barriers nor atomics.
 template <class T, class P, int V>
-__global__ void __launch_bounds__(1024) layer_norm_backward_kernel(T* __restrict__ grad_x,               // (rows, n)
+__global__ void __launch_bounds__(1024, 1) layer_norm_backward_kernel(T* __restrict__ grad_x,               // (rows, n)
                                            dacc_t<T>* __restrict__ part_w,       // (gridDim.x, n) or null
                                            dacc_t<T>* __restrict__ part_b,       // (gridDim.x, n) or null
                                            const T* __restrict__ g,              // (rows, n)

@@ -24,7 +24,7 @@ Layout layout_of(const Tensor& x, int64_t dim) {
 }
 
 template <class T, int V, bool Log>
-__global__ void __launch_bounds__(1024) softmax_rows_kernel(T* __restrict__ y,        // (rows, n)
+__global__ void __launch_bounds__(1024, 1) softmax_rows_kernel(T* __restrict__ y,        // (rows, n)
                                     const T* __restrict__ x,  // (rows, n)
                                     int64_t rows, int64_t n) {
   using A = dacc_t<T>;
@@ -72,7 +72,7 @@ __global__ void softmax_columns_kernel(T* __restrict__ y,        // (outer, n, i
 
 // softmax: gi = y * (g - sum(g * y)); log_softmax: gi = g - exp(y) * sum(g).
 template <class T, int V, bool Log>
-__global__ void __launch_bounds__(1024) softmax_backward_rows_kernel(T* __restrict__ gi,       // (rows, n)
+__global__ void __launch_bounds__(1024, 1) softmax_backward_rows_kernel(T* __restrict__ gi,       // (rows, n)
                                              const T* __restrict__ g,  // (rows, n)
                                              const T* __restrict__ y,  // (rows, n) the forward output
                                              int64_t rows, int64_t n) {
