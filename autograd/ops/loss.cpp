@@ -1,15 +1,16 @@
-// Differentiable losses: cross_entropy as one fused log-softmax + NLL (with torch's ignore_index,
-// label_smoothing and reduction semantics) and mse_loss. The cross-entropy backward builds its
-// gradient in a single (N, C) buffer: softmax - (1-ls) onehot - ls/C, scaled per row in place.
+// Differentiable losses: cross_entropy on the fused raw ops of core/ops/cross_entropy.h (torch's
+// ignore_index, label_smoothing and reduction semantics; CPU and CUDA alike) and mse_loss. The
+// forward saves the logits and each row's logsumexp; the backward writes its (N, C) gradient
+// once, in the logits' dtype.
 #include <kiln/autograd/ops/functional.h>
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
+#include <kiln/core/autocast.h>
 #include <kiln/core/factory.h>
+#include <kiln/core/ops/cross_entropy.h>
 #include <kiln/core/ops/elementwise.h>
-#include <kiln/core/ops/index.h>
 #include <kiln/core/ops/reduce.h>
-#include <kiln/core/ops/softmax.h>
 
 namespace kiln {
 
@@ -24,7 +25,7 @@ const char* reduction_name(Reduction r) {
   return "?";
 }
 
-// Per-row loss (N, 1) -> the requested reduction; `lead` is the shape of Reduction::none.
+// Per-row loss (N,) -> the requested reduction; `lead` is the shape of Reduction::none.
 Tensor reduce_rows(const Tensor& rows, Reduction reduction, const Shape& lead, double count) {
   switch (reduction) {
     case Reduction::none: return rows.reshape(lead);
@@ -37,29 +38,21 @@ Tensor reduce_rows(const Tensor& rows, Reduction reduction, const Shape& lead, d
 
 class CrossEntropyBackward final : public autograd::OpNode {
  public:
-  Tensor logp;    // (N, C) log_softmax of the logits, in the compute dtype
-  Tensor target;  // (N, 1) i64, ignored rows mapped to class 0
-  Tensor weight;  // (N, 1) 1 for counted rows, 0 for ignored ones
+  Tensor logits;   // (N, C) as the forward saw them
+  Tensor targets;  // (N,) i64 or i32
+  Tensor lse;      // (N,) logsumexp of each row, from the forward
+  int64_t ignore_index = -100;
   double count = 0;
   double label_smoothing = 0;
   Reduction reduction = Reduction::mean;
   std::string name() const override { return "CrossEntropyBackward"; }
-  void release_saved() override { logp = target = weight = Tensor(); }
+  void release_saved() override { logits = targets = lse = Tensor(); }
   std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
     if (!g[0].defined()) return {Tensor()};
-    const int64_t n = logp.size(0), c = logp.size(1);
-    const TensorOptions opts = TensorOptions(logp.dtype()).device(logp.device());
-    Tensor go = g[0].to(logp.dtype());
-    Tensor grad = ops::exp(logp);  // (N, C): the only full-size temporary
-    ops::scatter_add_(grad, 1, target, full({n, 1}, -(1.0 - label_smoothing), opts));
-    if (label_smoothing > 0) ops::add_(grad, scalar_tensor(-label_smoothing / double(c), opts));
-    Tensor coef;  // (N, 1)
-    switch (reduction) {
-      case Reduction::none: coef = ops::mul(go.reshape({n, 1}), weight); break;
-      case Reduction::sum: coef = ops::mul(weight, go); break;
-      case Reduction::mean: coef = ops::mul(weight, ops::div(go, count)); break;
-    }
-    ops::mul_(grad, coef);
+    // none: one gradient per row; sum: the same for every row; mean: that over the counted rows.
+    const Tensor grad_loss = reduction == Reduction::none ? g[0].reshape({logits.size(0)}) : g[0];
+    const double scale = reduction == Reduction::mean ? 1.0 / count : 1.0;
+    Tensor grad = ops::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, scale);
     return {input_grad(0, grad.reshape(input_info[0].shape))};
   }
 };
@@ -81,8 +74,7 @@ class MseLossBackward final : public autograd::OpNode {
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, const CrossEntropyOptions& options) {
-  const Tensor logits = autograd::autocast_to_f32(logits_in);  // f32 under autocast (Note [Autocast op lists])
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
   check_defined(logits, "cross_entropy", "logits");
   check_defined(targets, "cross_entropy", "targets");
   KILN_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating, got ", logits.dtype());
@@ -98,39 +90,25 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, const Cross
   KILN_CHECK(targets.shape() == lead || (targets.dim() == 1 && targets.numel() == n),
              "cross_entropy: targets of shape ", targets.shape(), " do not match logits of shape ", logits.shape(),
              " (expected ", lead, " or [", n, "])");
+  // Under autocast the loss is f32 (Note [Autocast op lists]). The fused kernels already compute
+  // 16-bit logits in float, so the logits are not cast: no f32 copy of an (N, C) tensor.
+  const bool low = logits.dtype() == DType::bf16 || logits.dtype() == DType::f16;
+  const DType out_dtype = autocast_enabled() && low ? DType::f32 : logits.dtype();
 
-  // Validate targets on the host; ignored rows gather class 0 and are weighted 0.
-  const DType ct = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor t_host = targets.to(Device::cpu()).to(DType::i64).contiguous();
-  const int64_t* t = t_host.data<int64_t>();
-  Tensor safe = empty({n, 1}, DType::i64);
-  Tensor weight = empty({n, 1}, DType::f64);
-  int64_t* s = safe.data<int64_t>();
-  double* w = weight.data<double>();
-  double count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const bool ignored = t[i] == options.ignore_index_;
-    KILN_CHECK(ignored || (t[i] >= 0 && t[i] < c), "cross_entropy: target ", t[i], " at row ", i,
-               " is out of range for ", c, " classes (ignore_index ", options.ignore_index_, ")");
-    s[i] = ignored ? 0 : t[i];
-    w[i] = ignored ? 0.0 : 1.0;
-    count += w[i];
-  }
-  const Device dev = logits.device();
-  safe = safe.to(dev);
-  weight = weight.to(dev, ct);
-
-  // loss_i = -(1-ls) logp[i, t_i] - ls/C sum_c logp[i, c], zero on ignored rows.
-  Tensor logp = ops::log_softmax(autograd::saved(logits).to(ct).reshape({n, c}), 1);
-  Tensor rows = ops::mul(ops::gather(logp, 1, safe), -(1.0 - ls));
-  if (ls > 0) rows = ops::sub(rows, ops::mul(ops::sum(logp, {1}, /*keepdim=*/true), ls / double(c)));
-  rows = ops::masked_fill(rows, ops::eq(weight, 0.0), 0.0);
-  Tensor out = reduce_rows(rows, options.reduction_, lead, count).to(logits.dtype());
+  // Every CrossEntropyOptions option (ignore_index, label_smoothing, each reduction) is fused in
+  // the raw ops on both devices, so no option falls back to a composed path. Targets are moved to
+  // the logits' device (they may come from a CPU batch), as the host-side check used to allow.
+  const Tensor rows_logits = autograd::saved(logits).reshape({n, c});
+  const Tensor rows_targets = targets.to(logits.device()).reshape({n});
+  ops::CrossEntropyResult r = ops::cross_entropy_forward(rows_logits, rows_targets, options.ignore_index_, ls);
+  const double count = static_cast<double>(r.count);
+  Tensor out = reduce_rows(r.loss, options.reduction_, lead, count).to(out_dtype);
 
   if (auto node = autograd::make_node<CrossEntropyBackward>({&logits})) {
-    node->logp = logp;
-    node->target = safe;
-    node->weight = weight;
+    node->logits = rows_logits;
+    node->targets = rows_targets;
+    node->lse = r.lse;
+    node->ignore_index = options.ignore_index_;
     node->count = count;
     node->label_smoothing = ls;
     node->reduction = options.reduction_;

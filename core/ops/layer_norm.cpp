@@ -1,14 +1,18 @@
-// CPU layer norm: x viewed as (rows, n) with n = numel(normalized_shape); one row per task.
+// Layer norm fronts (checks, then CUDA tensors to core/cuda/layer_norm.cu) and the CPU kernels:
+// x viewed as (rows, n) with n = numel(normalized_shape); one row per task.
 // The backward pass sums grad_weight / grad_bias over rows in fixed blocks combined in order, so
 // results do not depend on the thread count (Note [Deterministic reductions], core/cpu/reduce.h).
 #include <kiln/core/ops/layer_norm.h>
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
 #include <kiln/core/cpu/reduce.h>
+#include <kiln/core/cuda/layer_norm.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
@@ -40,12 +44,17 @@ std::vector<C> param(const Tensor& p) {
   return p.to_vector<C>();
 }
 
-// Row statistics read back as double.
-std::vector<double> stats(const char* op, const Tensor& t, const char* name, int64_t rows) {
+void check_stats(const char* op, const Tensor& t, const char* name, int64_t rows) {
+  check_defined(t, op, name);
   KILN_CHECK(t.numel() == rows, op, ": ", name, " has ", t.numel(), " elements (shape ", t.shape(),
              ") but the input has ", rows, " rows");
   KILN_CHECK(is_floating(t.dtype()), op, ": ", name, " must be floating, got ", t.dtype());
-  return t.to_vector<double>();
+}
+
+// Every defined tensor on x's device.
+void check_devices(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others)
+    if (t->defined()) check_same_device(op, x, *t);
 }
 
 // sum of a[j] * b[j] in double, 8 interleaved lanes (a fixed order that vectorizes).
@@ -64,10 +73,16 @@ double dot(const C* __restrict__ a, const C* __restrict__ b, int64_t n) {
 
 LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                            double eps) {
+  check_defined(x, "layer_norm");
+  const int64_t n = check_layer_norm("layer_norm", x, normalized_shape, weight, bias);
+  if constexpr (cuda::kBuilt)
+    if (x.device().is_cuda()) {
+      check_devices("layer_norm", x, {&weight, &bias});
+      return cuda::layer_norm(x, n, weight, bias, eps);
+    }
   check_cpu("layer_norm", {&x});
   if (weight.defined()) check_cpu("layer_norm", {&weight});
   if (bias.defined()) check_cpu("layer_norm", {&bias});
-  const int64_t n = check_layer_norm("layer_norm", x, normalized_shape, weight, bias);
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   Tensor in = x.contiguous();
   LayerNormResult r{empty(x.shape(), x.dtype()), empty({rows}, stats_dtype(x.dtype())),
@@ -109,14 +124,23 @@ LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const
 LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& weight, const Shape& normalized_shape, bool with_bias) {
   const char* op = "layer_norm_backward";
-  check_cpu(op, {&grad_out, &x, &mean, &rstd});
-  if (weight.defined()) check_cpu(op, {&weight});
+  check_defined(grad_out, op, "grad_out");
+  check_defined(x, op);
   const int64_t n = check_layer_norm(op, x, normalized_shape, weight, Tensor());
   KILN_CHECK(grad_out.shape() == x.shape(), op, ": grad_out has shape ", grad_out.shape(), " but the input has shape ",
              x.shape());
   KILN_CHECK(grad_out.dtype() == x.dtype(), op, ": grad_out is ", grad_out.dtype(), " but the input is ", x.dtype());
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
-  const std::vector<double> mv = stats(op, mean, "mean", rows), rv = stats(op, rstd, "rstd", rows);
+  check_stats(op, mean, "mean", rows);
+  check_stats(op, rstd, "rstd", rows);
+  if constexpr (cuda::kBuilt)
+    if (x.device().is_cuda() || grad_out.device().is_cuda()) {
+      check_devices(op, x, {&grad_out, &mean, &rstd, &weight});
+      return cuda::layer_norm_backward(grad_out, x, mean, rstd, weight, normalized_shape, with_bias);
+    }
+  check_cpu(op, {&grad_out, &x, &mean, &rstd});
+  if (weight.defined()) check_cpu(op, {&weight});
+  const std::vector<double> mv = mean.to_vector<double>(), rv = rstd.to_vector<double>();
   Tensor xc = x.contiguous(), gc = grad_out.contiguous();
   LayerNormGrads grads;
   grads.grad_x = empty(x.shape(), x.dtype());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kiln/core/ops/conv.h>
+#include <kiln/core/ops/cross_entropy.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/index.h>
 #include <kiln/core/ops/join.h>

@@ -1,6 +1,7 @@
-// CPU softmax family. The input is viewed as (outer, n, inner) with n the softmax dim. inner == 1
-// (the last dim) runs one row per task in three passes: max, exp + sum (writing exp), scale; the
-// loops keep 16 lanes so they vectorize. inner > 1 walks runs of columns, vectorized across them.
+// softmax family: the fronts (checks, then CUDA tensors to core/cuda/softmax.cu) and the CPU
+// kernels. The input is viewed as (outer, n, inner) with n the softmax dim. inner == 1 (the last
+// dim) runs one row per task in three passes: max, exp + sum (writing exp), scale; the loops keep
+// 16 lanes so they vectorize. inner > 1 walks runs of columns, vectorized across them.
 #include <kiln/core/ops/softmax.h>
 
 #include <array>
@@ -12,6 +13,8 @@
 
 #include <kiln/core/cpu/reduce.h>
 #include <kiln/core/cpu/vec_math.h>
+#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/softmax.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/ops/common.h>
 
@@ -174,8 +177,14 @@ Layout layout_of(const char* op, const Tensor& x, int64_t dim) {
 
 template <bool Log>
 Tensor softmax_forward(const char* op, const Tensor& x, int64_t dim) {
-  check_cpu(op, {&x});
+  check_defined(x, op);
   Layout l = layout_of(op, x, dim);
+  if constexpr (cuda::kBuilt)
+    if (x.device().is_cuda()) {
+      const int64_t d = wrap_dim(dim, x.dim(), op);
+      return Log ? cuda::log_softmax(x, d) : cuda::softmax(x, d);
+    }
+  check_cpu(op, {&x});
   Tensor in = x.contiguous();
   Tensor out = empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), op, [&]<class T>() {
@@ -191,12 +200,20 @@ Tensor softmax_forward(const char* op, const Tensor& x, int64_t dim) {
 
 template <bool Log>
 Tensor softmax_backward_impl(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim) {
-  check_cpu(op, {&grad_out, &out});
+  check_defined(grad_out, op, "grad_out");
+  check_defined(out, op, "out");
   KILN_CHECK(grad_out.shape() == out.shape(), op, ": grad_out has shape ", grad_out.shape(),
              " but the forward output has shape ", out.shape());
   KILN_CHECK(grad_out.dtype() == out.dtype(), op, ": grad_out is ", grad_out.dtype(),
              " but the forward output is ", out.dtype());
   Layout l = layout_of(op, out, dim);
+  if constexpr (cuda::kBuilt)
+    if (grad_out.device().is_cuda() || out.device().is_cuda()) {
+      check_same_device(op, grad_out, out);
+      const int64_t d = wrap_dim(dim, out.dim(), op);
+      return Log ? cuda::log_softmax_backward(grad_out, out, d) : cuda::softmax_backward(grad_out, out, d);
+    }
+  check_cpu(op, {&grad_out, &out});
   Tensor g = grad_out.contiguous(), y = out.contiguous();
   Tensor gi = empty(out.shape(), out.dtype());
   dispatch_floating(out.dtype(), op, [&]<class T>() {

@@ -1,0 +1,172 @@
+// The fused cross-entropy ops and kiln::cross_entropy on CUDA against the CPU: every floating
+// dtype, rows of 1 .. 50257 classes, i64 and i32 targets, ignored rows, label smoothing, per-row
+// and broadcast upstream gradients, non-contiguous logits, out-of-range targets, every reduction
+// through autograd, and a GPT-2-sized (8192, 50257) bf16 batch. Skipped (exit 77) without a device.
+#include <limits>
+
+#include "test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+Tensor ids(const std::vector<int64_t>& v, DType dt = DType::i64) {
+  return from_vector(v, {static_cast<int64_t>(v.size())}).to(dt);
+}
+
+// n targets in [0, c), every third row ignore_index.
+std::vector<int64_t> make_targets(int64_t n, int64_t c, int64_t ignore, uint64_t seed) {
+  std::vector<double> u = test::values(test::random({n}, DType::f64, seed, 0, double(c)));
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < n; ++i) t.push_back(i % 3 == 1 ? ignore : std::min<int64_t>(c - 1, int64_t(u[i])));
+  return t;
+}
+
+void check_ops(int64_t n, int64_t c, DType dt, DType index_dt, double ls, bool strided) {
+  CAPTURE(n);
+  CAPTURE(c);
+  CAPTURE(dt);
+  CAPTURE(index_dt);
+  CAPTURE(ls);
+  CAPTURE(strided);
+  const double rtol = test::cuda_rtol(dt);
+  const double loss_tol = dt == DType::f64 ? 1e-10 : 1e-5;  // both compute from the same stored logits
+  Tensor x = test::random({n, c}, dt, uint64_t(n * 7 + c), -5, 5);
+  Tensor t = ids(make_targets(n, c, -100, uint64_t(c)), index_dt);
+  ops::CrossEntropyResult want = ops::cross_entropy_forward(x, t, -100, ls);
+  ops::CrossEntropyResult got = ops::cross_entropy_forward(test::to_cuda(x, strided), test::to_cuda(t, strided), -100, ls);
+  CHECK(got.count == want.count);
+  test::check_cuda_matches(got.loss, want.loss, loss_tol, loss_tol, "loss");
+  test::check_cuda_matches(got.lse, want.lse, loss_tol, loss_tol, "lse");
+
+  // Per-row upstream gradient (reduction none), then one value for all rows (sum / mean). Both
+  // backward passes get the CPU's lse.
+  const DType ldt = dt == DType::f64 ? DType::f64 : DType::f32;
+  Tensor g = test::random({n}, ldt, 3, 0.5, 2);
+  Tensor d_want = ops::cross_entropy_backward(g, x, t, want.lse, -100, ls);
+  Tensor d_got = ops::cross_entropy_backward(test::to_cuda(g), test::to_cuda(x, strided), test::to_cuda(t, strided),
+                                             want.lse.to(Device::cuda()), -100, ls);
+  test::check_cuda_matches(d_got, d_want, rtol, rtol * 1e-2, "dlogits");
+  const double scale = 1.0 / double(std::max<int64_t>(1, want.count));
+  Tensor one = scalar_tensor(0.75, ldt);
+  Tensor m_want = ops::cross_entropy_backward(one, x, t, want.lse, -100, ls, scale);
+  Tensor m_got = ops::cross_entropy_backward(one.to(Device::cuda()), test::to_cuda(x, strided),
+                                             test::to_cuda(t, strided), want.lse.to(Device::cuda()), -100, ls, scale);
+  test::check_cuda_matches(m_got, m_want, rtol, rtol * 1e-2, "dlogits, one upstream value");
+}
+
+}  // namespace
+
+TEST_CASE("CUDA cross_entropy ops match the CPU for every row length, dtype and target dtype") {
+  test::require_cuda();
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    for (int64_t c : {1, 7, 32, 1000, 1025, 4096, 50257})
+      for (double ls : {0.0, 0.1}) check_ops(c > 4096 ? 4 : 29, c, dt, ls > 0 ? DType::i32 : DType::i64, ls, false);
+}
+
+TEST_CASE("CUDA cross_entropy ops: non-contiguous logits and targets, custom ignore_index") {
+  test::require_cuda();
+  check_ops(17, 1000, DType::bf16, DType::i64, 0.0, true);
+  check_ops(17, 33, DType::f32, DType::i32, 0.2, true);
+  // ignore_index inside [0, C): those rows are skipped, the rest counted.
+  Tensor x = test::random({6, 5}, DType::f32, 9);
+  Tensor t = ids({2, 2, 0, 4, 2, 1});
+  ops::CrossEntropyResult want = ops::cross_entropy_forward(x, t, 2, 0.0);
+  ops::CrossEntropyResult got = ops::cross_entropy_forward(x.to(Device::cuda()), t.to(Device::cuda()), 2, 0.0);
+  CHECK(got.count == 3);
+  test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "ignore_index 2");
+}
+
+TEST_CASE("CUDA cross_entropy ops: special values and ignored rows") {
+  test::require_cuda();
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor x = from_vector(std::vector<double>{-inf, 1, 2, -inf, -inf, -inf, 1, NAN, 0, 3, 1, 2}, {4, 3});
+  Tensor t = ids({1, 0, 2, -100});
+  ops::CrossEntropyResult want = ops::cross_entropy_forward(x, t);
+  ops::CrossEntropyResult got = ops::cross_entropy_forward(x.to(Device::cuda()), t.to(Device::cuda()));
+  test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "special values");
+  Tensor d = ops::cross_entropy_backward(ones({4}).to(Device::cuda()), x.to(Device::cuda()), t.to(Device::cuda()),
+                                         got.lse);
+  std::vector<double> dv = test::values(d);
+  CHECK(dv[0] == 0.0);                                      // exp(-inf - lse)
+  CHECK(dv[9] == 0.0);                                      // the ignored row
+  CHECK(dv[10] == 0.0);
+  CHECK(dv[11] == 0.0);
+  // Every row ignored: count 0, a mean's scale of 1/0 still gives zeros.
+  Tensor all = ids({-100, -100, -100, -100}).to(Device::cuda());
+  ops::CrossEntropyResult none = ops::cross_entropy_forward(x.to(Device::cuda()), all);
+  CHECK(none.count == 0);
+  Tensor dz = ops::cross_entropy_backward(scalar_tensor(1.0).to(Device::cuda()), x.to(Device::cuda()), all, none.lse,
+                                          -100, 0.0, INFINITY);
+  CHECK(test::values(dz) == std::vector<double>(12, 0.0));
+}
+
+TEST_CASE("CUDA cross_entropy: an out-of-range target names its value and row") {
+  test::require_cuda();
+  Tensor x = test::random({5, 4}, DType::f32, 10).to(Device::cuda());
+  CHECK_ERROR_CONTAINS(ops::cross_entropy_forward(x, ids({0, 1, 2, 9, -3}).to(Device::cuda())), "cross_entropy",
+                       "target 9", "row 3", "4 classes");
+  CHECK_ERROR_CONTAINS(ops::cross_entropy_forward(x, ids({0, -2, 2, 3, 1}, DType::i32).to(Device::cuda())),
+                       "target -2", "row 1");
+  CHECK_ERROR_CONTAINS(ops::cross_entropy_forward(x, ids({0, 1, 2, 3, 1})), "cross_entropy", "cuda:0", "cpu");
+  // The device is still usable afterwards.
+  CHECK(ops::cross_entropy_forward(x, ids({0, 1, 2, 3, 1}).to(Device::cuda())).count == 5);
+}
+
+TEST_CASE("CUDA kiln::cross_entropy matches the CPU for every reduction, forward and backward") {
+  test::require_cuda();
+  const std::pair<const char*, Reduction> reductions[] = {
+      {"none", Reduction::none}, {"mean", Reduction::mean}, {"sum", Reduction::sum}};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto& [name, r] : reductions) {
+      CAPTURE(dt);
+      CAPTURE(name);
+      Tensor x_cpu = test::random({2, 5, 300}, dt, 12, -4, 4);
+      Tensor t_cpu = ids(make_targets(10, 300, -100, 13)).view({2, 5});
+      auto opts = CrossEntropyOptions().reduction(r).label_smoothing(0.05);
+      Tensor a = x_cpu.detach().requires_grad_();
+      Tensor b = x_cpu.to(Device::cuda()).detach().requires_grad_();
+      Tensor la = cross_entropy(a, t_cpu, opts), lb = cross_entropy(b, t_cpu.to(Device::cuda()), opts);
+      const double rtol = test::cuda_rtol(dt);
+      test::check_cuda_matches(lb, la, rtol, rtol, "loss");
+      Tensor up = r == Reduction::none ? test::random({2, 5}, dt, 14) : scalar_tensor(1.5, dt);
+      la.backward(up);
+      lb.backward(up.to(Device::cuda()));
+      test::check_cuda_matches(b.grad(), a.grad(), rtol, rtol * 1e-2, "grad");
+    }
+  }
+  // Under autocast, 16-bit logits give an f32 loss and a 16-bit gradient, without an f32 copy.
+  Tensor x = test::random({8, 50}, DType::bf16, 15).to(Device::cuda()).detach().requires_grad_();
+  AutocastGuard guard(DType::bf16);
+  Tensor loss = cross_entropy(x, ids(make_targets(8, 50, -100, 16)).to(Device::cuda()));
+  CHECK(loss.dtype() == DType::f32);
+  loss.backward();
+  CHECK(x.grad().dtype() == DType::bf16);
+}
+
+TEST_CASE("CUDA cross_entropy on a GPT-2-sized (8192, 50257) bf16 batch") {
+  test::require_cuda();
+  const int64_t n = 8192, c = 50257;
+  Tensor x_cpu = test::random({n, c}, DType::bf16, 17, -8, 8);
+  const std::vector<int64_t> t = make_targets(n, c, -1, 18);
+  Tensor x = x_cpu.to(Device::cuda());
+  Tensor td = ids(t).to(Device::cuda());
+  ops::CrossEntropyResult got = ops::cross_entropy_forward(x, td, -1, 0.0);
+  CHECK(got.loss.shape() == Shape{n});
+  CHECK(got.loss.dtype() == DType::f32);
+  ops::CrossEntropyResult want = ops::cross_entropy_forward(x_cpu, ids(t), -1, 0.0);
+  CHECK(got.count == want.count);
+  test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "loss");
+  Tensor d = ops::cross_entropy_backward(scalar_tensor(1.0).to(Device::cuda()), x, td, got.lse, -1, 0.0,
+                                         1.0 / double(got.count));
+  CHECK(d.dtype() == DType::bf16);
+  CHECK(d.shape() == Shape{n, c});
+  // Spot-check the first and last rows against the CPU (the whole CPU gradient is 400M values).
+  for (int64_t r0 : {int64_t(0), n - 3}) {
+    Tensor rows = x_cpu.narrow(0, r0, 3);
+    Tensor tr = ids(std::vector<int64_t>(t.begin() + r0, t.begin() + r0 + 3));
+    Tensor dw = ops::cross_entropy_backward(scalar_tensor(1.0), rows, tr, want.lse.narrow(0, r0, 3), -1, 0.0,
+                                            1.0 / double(want.count));
+    test::check_cuda_matches(d.narrow(0, r0, 3), dw, 1e-2, 1e-6, "dlogits rows");
+  }
+}
