@@ -1,6 +1,6 @@
 // batch_norm's fronts (argument checks, then core/cuda/batch_norm.h for CUDA tensors) and its CPU
-// kernels: per-channel sums in double, each channel summed by one task in a fixed order, so no
-// result depends on the thread count. The CUDA kernels use the same formulas (batch_norm.h).
+// kernels: per-channel sums in double, taken row by row in parallel and combined in a fixed order,
+// so no result depends on the thread count. The CUDA kernels use the same formulas (batch_norm.h).
 #include <kiln/core/ops/batch_norm.h>
 
 #include <cmath>
@@ -65,13 +65,30 @@ double as_double(T v) {
   return static_cast<double>(static_cast<acc_t<T>>(v));
 }
 
-// Per-channel loop over (N, C, inner) in parallel: fn(c) for every channel, `work` elements each.
+// Per-channel sums of two terms: fn(k, c, a, b) adds element k's terms to a and b. Each row
+// (n, c) of (N, C, inner), `inner` contiguous elements, is summed by one task (rows in parallel);
+// the row sums are then added per channel in n order. Fixed order: no thread-count dependence.
 template <class F>
-void for_each_channel(int64_t channels, int64_t work, F&& fn) {
-  parallel_for(0, channels, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, work)), [&](int64_t lo, int64_t hi) {
-    for (int64_t c = lo; c < hi; ++c) fn(c);
+void channel_sums(const Layout& l, std::vector<double>& sum_a, std::vector<double>& sum_b, F&& fn) {
+  const int64_t rows = l.n * l.channels;
+  std::vector<double> row_a(rows), row_b(rows);
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, l.inner)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      double a = 0, b = 0;
+      for (int64_t k = r * l.inner; k < (r + 1) * l.inner; ++k) fn(k, r % l.channels, a, b);
+      row_a[r] = a;
+      row_b[r] = b;
+    }
   });
+  sum_a.assign(l.channels, 0.0);
+  sum_b.assign(l.channels, 0.0);
+  for (int64_t n = 0; n < l.n; ++n)
+    for (int64_t c = 0; c < l.channels; ++c) {
+      sum_a[c] += row_a[n * l.channels + c];
+      sum_b[c] += row_b[n * l.channels + c];
+    }
 }
+
 // fn(row, c) for every row n * C + c of (N, C, inner), in parallel.
 template <class F>
 void for_each_row(const Layout& l, F&& fn) {
@@ -121,20 +138,14 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   if (training) {
     dispatch_floating(x.dtype(), "batch_norm", [&]<class T>() {
       const T* p = xc.data<T>();  // (N, C, inner)
-      for_each_channel(channels, m, [&](int64_t c) {
-        double sum = 0;
-        for (int64_t n = 0; n < l.n; ++n)
-          for (int64_t i = 0; i < l.inner; ++i) sum += as_double(p[(n * channels + c) * l.inner + i]);
-        const double mu = sum / static_cast<double>(m);
-        double sq = 0;
-        for (int64_t n = 0; n < l.n; ++n)
-          for (int64_t i = 0; i < l.inner; ++i) {
-            const double d = as_double(p[(n * channels + c) * l.inner + i]) - mu;
-            sq += d * d;
-          }
-        mean[c] = mu;
-        var[c] = sq / static_cast<double>(m);
+      std::vector<double> sum, unused;
+      channel_sums(l, sum, unused, [&](int64_t k, int64_t, double& a, double&) { a += as_double(p[k]); });
+      for (int64_t c = 0; c < channels; ++c) mean[c] = sum[c] / static_cast<double>(m);
+      channel_sums(l, var, unused, [&](int64_t k, int64_t c, double& a, double&) {
+        const double d = as_double(p[k]) - mean[c];
+        a += d * d;
       });
+      for (int64_t c = 0; c < channels; ++c) var[c] /= static_cast<double>(m);
     });
   } else {
     const Tensor rm = running_mean.to(DType::f64).contiguous(), rv = running_var.to(DType::f64).contiguous();
@@ -205,18 +216,10 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
       const T* dy = gy.data<T>();  // (N, C, inner)
       const T* in = xc.data<T>();
       if (sums)
-        for_each_channel(channels, m, [&](int64_t c) {
-          const double mu_c = mu[c], is_c = is[c];
-          double s1 = 0, s2 = 0;
-          for (int64_t n = 0; n < l.n; ++n)
-            for (int64_t i = 0; i < l.inner; ++i) {
-              const int64_t k = (n * channels + c) * l.inner + i;
-              const double d = as_double(dy[k]);
-              s1 += d;
-              s2 += d * ((as_double(in[k]) - mu_c) * is_c);
-            }
-          sum_dy[c] = s1;
-          sum_dy_xhat[c] = s2;
+        channel_sums(l, sum_dy, sum_dy_xhat, [&](int64_t k, int64_t c, double& s1, double& s2) {
+          const double d = as_double(dy[k]);
+          s1 += d;
+          s2 += d * ((as_double(in[k]) - static_cast<double>(mu[c])) * static_cast<double>(is[c]));
         });
       if (!needs[0]) return;
       // dx = k * (dy - a - x_hat * b) when training, k * dy in eval (Note [Batch norm gradient]).
