@@ -45,7 +45,7 @@ namespace {
 // dim has batch offset 0, which cuBLASLt accepts (NVIDIA's MatX relies on it for A/B). Dims that
 // do not collapse are looped over on the host. A product whose batches are a contiguous stack of
 // row-major matrices against one shared matrix is a single GEMM with batch*M rows (the linear
-// layer on (B, T, C) inputs), as on the CPU.
+// layer on (B, T, C) inputs), as on the CPU. gemm_plan.h plans these calls (tested on the CPU).
 // Descriptors, layouts and the heuristic's algorithm are cached per thread, keyed by everything the
 // heuristic sees: dtype, TF32, epilogue, transposes, sizes, lds, batch count and strides, and the
 // alignment of every pointer (it cannot see the pointers themselves, so it is told the alignment
@@ -250,9 +250,11 @@ std::unique_ptr<Plan> make_plan(const Context& ctx, const Problem& p, Epilogue e
   set(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[0]);  // a
   set(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]);
   set(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]);
-  if (p.dtype == DType::bf16 || p.dtype == DType::f16)  // split-K partial sums stay f32, never 16-bit
-    set(&pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-        static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
+  // Split-K partial sums are never added in place (atomics: a different order each run), and for
+  // 16-bit types never in the output type: results are reproducible and accumulated in f32.
+  uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
+  if (p.dtype == DType::bf16 || p.dtype == DType::f16) reductions &= ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  set(&pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
