@@ -6,9 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <array>
-#include <climits>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include <kiln/core/cuda/check.h>
+#include <kiln/core/cuda/gemm_plan.h>
 #include <kiln/core/cuda/stream.h>
 
 // A failed cuBLASLt call: the status name and string, and the call.
@@ -46,17 +45,17 @@ namespace {
 // dim has batch offset 0, which cuBLASLt accepts (NVIDIA's MatX relies on it for A/B). Dims that
 // do not collapse are looped over on the host. A product whose batches are a contiguous stack of
 // row-major matrices against one shared matrix is a single GEMM with batch*M rows (the linear
-// layer on (B, T, C) inputs), as on the CPU.
+// layer on (B, T, C) inputs), as on the CPU. gemm_plan.h plans these calls (tested on the CPU).
 // Descriptors, layouts and the heuristic's algorithm are cached per thread, keyed by everything the
 // heuristic sees: dtype, TF32, epilogue, transposes, sizes, lds, batch count and strides, and the
 // alignment of every pointer (it cannot see the pointers themselves, so it is told the alignment
 // and picks only kernels that work with it). The hot path is then one hash lookup, and setting the
 // per-call bias/aux pointers on a cached descriptor races with no other thread.
 
+using namespace gemm_plan;
+
 constexpr int kMaxDevices = 16;
-constexpr int64_t kMaxDim = INT32_MAX;          // rows, cols and batch count are int32 in cuBLASLt
-constexpr int64_t kMaxBatchPerCall = 65535;     // larger batches go in several calls
-constexpr size_t kMaxCachedPlans = 4096;        // per thread; the cache starts over past this
+constexpr size_t kMaxCachedPlans = 4096;  // per thread; the cache starts over past this
 
 cudaDataType_t data_type(DType t) {
   switch (t) {
@@ -132,33 +131,7 @@ Context context_for(const Tensor& t) {
   return c;
 }
 
-// --- layouts ---------------------------------------------------------------------------------
-
-// A Kiln matrix as cuBLASLt reads it: stored column-major as (rows, cols) with leading dim ld, and
-// `trans` when the product uses its transpose. See Note [cuBLASLt GEMM].
-struct LtMatrix {
-  bool trans = false;
-  int64_t rows = 0, cols = 0, ld = 1;
-};
-
-// The Kiln matrix (r, c) with strides (rs, cs) as the column-major operand whose op() is its
-// transpose (c, r); nullopt when neither stride is a unit stride or rows/columns would overlap
-// (e.g. a broadcast row). A dim of size 1 has no meaningful stride; ld then is the smallest legal.
-std::optional<LtMatrix> lt_matrix(int64_t r, int64_t c, int64_t rs, int64_t cs) {
-  if (c == 1 || cs == 1) {  // row-major: stored column-major as (c, r), op N
-    const int64_t ld = r == 1 ? c : rs;
-    if (ld >= std::max<int64_t>(c, 1)) return LtMatrix{false, c, r, std::max<int64_t>(ld, 1)};
-  }
-  if (r == 1 || rs == 1) {  // column-major (a transposed view): stored as (r, c), op T
-    const int64_t ld = c == 1 ? r : cs;
-    if (ld >= std::max<int64_t>(r, 1)) return LtMatrix{true, r, c, std::max<int64_t>(ld, 1)};
-  }
-  return std::nullopt;
-}
-
-std::optional<LtMatrix> lt_matrix(const Tensor& t) {  // the last two dims of t
-  return lt_matrix(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1));
-}
+// --- operands and epilogues -----------------------------------------------------------------
 
 // t itself when cuBLASLt can read its matrices in place, else a contiguous copy.
 Tensor lt_readable(const Tensor& t) { return lt_matrix(t) ? t : t.contiguous(); }
@@ -172,8 +145,6 @@ uint32_t alignment(const void* p, int64_t batch_stride_bytes) {
 }
 
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
-// --- problems and launches -------------------------------------------------------------------
 
 enum class Epilogue : int32_t { none, bias, gelu_aux, gelu_aux_bias };
 
@@ -190,120 +161,6 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-// One product in cuBLASLt's terms: D (m, n) = op(mat_b) (m, k) * op(mat_a) (k, n), D column-major
-// with ld m, i.e. out (n, m) row-major. Batch strides are in elements, per Kiln operand.
-struct Problem {
-  DType dtype = DType::f32;
-  LtMatrix mat_a, mat_b;  // our a and b; cuBLASLt's B and A
-  int64_t m = 0, n = 0, k = 0;
-  int64_t stride_a = 0, stride_b = 0, stride_out = 0;
-};
-
-// One cuBLASLt call: element offsets of the first matrices and the batch count.
-struct Launch {
-  int64_t off_a = 0, off_b = 0, off_out = 0;
-  int64_t count = 1;
-};
-
-struct Product {
-  Problem problem;
-  std::vector<Launch> launches;
-};
-
-// When every batch of b is one matrix and a's batch and row dims merge into a single strided dim
-// of row-major rows, the batch is one GEMM: returns that dim's row stride (a's rows then number
-// out.numel() / N). Mirrors the CPU path's folding.
-std::optional<int64_t> folded_row_stride(const Tensor& a, const Tensor& b) {
-  const int64_t nd = a.dim();
-  for (int64_t d = 0; d < nd - 2; ++d)
-    if (b.size(d) != 1 && b.stride(d) != 0) return std::nullopt;
-  const int64_t k = a.size(nd - 1);
-  if (k != 1 && a.stride(nd - 1) != 1) return std::nullopt;
-  int64_t size = 1, stride = k;  // the merged dim; a single row's stride does not matter
-  bool any = false;
-  for (int64_t d = nd - 2; d >= 0; --d) {
-    const int64_t n = a.size(d), s = a.stride(d);
-    if (n == 1) continue;
-    if (!any) {
-      size = n;
-      stride = s;
-      any = true;
-      continue;
-    }
-    if (s != stride * size) return std::nullopt;
-    size *= n;
-  }
-  if (size > 1 && stride < k) return std::nullopt;
-  if (size > kMaxDim) return std::nullopt;
-  return stride;
-}
-
-// a (batch..., M, K) and b (batch..., K, N) expanded to out's batch shape, both readable in place
-// (lt_readable); out (batch..., M, N) contiguous and not empty, K > 0.
-Product plan_product(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const int64_t nd = out.dim();
-  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  Product p;
-  p.problem.dtype = out.dtype();
-  p.problem.m = n;
-  p.problem.k = k;
-  p.problem.mat_b = *lt_matrix(b);
-
-  if (auto rs = folded_row_stride(a, b)) {
-    const int64_t rows = out.numel() / n;
-    p.problem.n = rows;
-    p.problem.mat_a = *lt_matrix(rows, k, rows == 1 ? k : *rs, 1);
-    p.launches.push_back(Launch{});
-  } else {
-    p.problem.n = m;
-    p.problem.mat_a = *lt_matrix(a);
-    // Batch dims of size > 1, outer to inner, merged where all three tensors allow.
-    struct Dim {
-      int64_t size, sa, sb, so;
-    };
-    std::vector<Dim> dims;
-    for (int64_t d = 0; d < nd - 2; ++d) {
-      const Dim cur{out.size(d), a.stride(d), b.stride(d), out.stride(d)};
-      if (cur.size == 1) continue;
-      if (!dims.empty()) {
-        Dim& prev = dims.back();
-        if (prev.sa == cur.sa * cur.size && prev.sb == cur.sb * cur.size && prev.so == cur.so * cur.size) {
-          prev = Dim{prev.size * cur.size, cur.sa, cur.sb, cur.so};
-          continue;
-        }
-      }
-      dims.push_back(cur);
-    }
-    const Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
-    if (!dims.empty()) dims.pop_back();
-    p.problem.stride_a = inner.sa;
-    p.problem.stride_b = inner.sb;
-    p.problem.stride_out = inner.so;
-    // The outer dims on the host (an odometer), the inner one in calls of at most kMaxBatchPerCall.
-    int64_t outer = 1;
-    for (const Dim& d : dims) outer *= d.size;
-    std::vector<int64_t> idx(dims.size(), 0);
-    for (int64_t o = 0; o < outer; ++o) {
-      int64_t oa = 0, ob = 0, oo = 0;
-      for (size_t d = 0; d < dims.size(); ++d) {
-        oa += idx[d] * dims[d].sa;
-        ob += idx[d] * dims[d].sb;
-        oo += idx[d] * dims[d].so;
-      }
-      for (int64_t c0 = 0; c0 < inner.size; c0 += kMaxBatchPerCall)
-        p.launches.push_back(Launch{oa + c0 * inner.sa, ob + c0 * inner.sb, oo + c0 * inner.so,
-                                    std::min(kMaxBatchPerCall, inner.size - c0)});
-      for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
-        if (++idx[d] < dims[d].size) break;
-        idx[d] = 0;
-      }
-    }
-  }
-  const Problem& q = p.problem;
-  KILN_CHECK(q.m <= kMaxDim && q.n <= kMaxDim && q.k <= kMaxDim, "matmul: product of ", a.shape(), " and ",
-             b.shape(), " on ", out.device(), " has a dimension above ", kMaxDim, " (cuBLASLt's limit)");
-  return p;
-}
 
 // --- plans: descriptors, layouts and algorithm, cached ---------------------------------------
 
@@ -393,9 +250,11 @@ std::unique_ptr<Plan> make_plan(const Context& ctx, const Problem& p, Epilogue e
   set(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[0]);  // a
   set(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]);
   set(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]);
-  if (p.dtype == DType::bf16 || p.dtype == DType::f16)  // split-K partial sums stay f32, never 16-bit
-    set(&pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-        static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
+  // Split-K partial sums are never added in place (atomics: a different order each run), and for
+  // 16-bit types never in the output type: results are reproducible and accumulated in f32.
+  uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
+  if (p.dtype == DType::bf16 || p.dtype == DType::f16) reductions &= ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  set(&pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
@@ -487,6 +346,7 @@ Shape product_shape(const Shape& batch, int64_t m, int64_t n) {
 
 Tensor gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in, const Shape& batch) {
   const int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
+  const Context ctx = context_for(a_in);  // first: it makes a's device current for the allocations
   const Shape out_shape = product_shape(batch, m, n);
   Tensor out = empty(out_shape, a_in.dtype(), a_in.device());
   if (out.numel() == 0) return out;
@@ -501,7 +361,6 @@ Tensor gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in, const
   // Fix the layout before expanding, so broadcast batches are never materialised.
   const Tensor a = lt_readable(a_in).expand(product_shape(batch, m, k));
   const Tensor b = lt_readable(b_in).expand(product_shape(batch, k, n));
-  const Context ctx = context_for(out);
   const Product prod = plan_product(a, b, out);
   cublasStatus_t why = CUBLAS_STATUS_SUCCESS;
   // The bias epilogue wants a 16-byte aligned bias; otherwise (or without an algorithm for it) the
@@ -525,6 +384,7 @@ std::optional<GemmGelu> gemm_gelu(const Tensor& a_in, const Tensor& b_in, const 
   const int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   // The aux output's ld (= N) and batch stride must be multiples of 8 elements.
   if (n % 8 != 0 || k == 0) return std::nullopt;
+  const Context ctx = context_for(a_in);
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
   if (bias.defined() && !aligned16(bias)) return std::nullopt;
   const Shape out_shape = product_shape(batch, m, n);
@@ -532,7 +392,6 @@ std::optional<GemmGelu> gemm_gelu(const Tensor& a_in, const Tensor& b_in, const 
   if (r.out.numel() == 0) return r;
   const Tensor a = lt_readable(a_in).expand(product_shape(batch, m, k));
   const Tensor b = lt_readable(b_in).expand(product_shape(batch, k, n));
-  const Context ctx = context_for(r.out);
   const Product prod = plan_product(a, b, r.out);
   const Epilogue e = bias.defined() ? Epilogue::gelu_aux_bias : Epilogue::gelu_aux;
   if (!launch_all(ctx, prod, e, a, b, r.out, bias, r.pre_gelu, 0.0, nullptr)) return std::nullopt;

@@ -260,6 +260,7 @@ TEST_CASE("TF32: off by default, within its tolerance when on, and only for f32"
   };
   const Tensor exact = ops::mm(da, db);
   check_gpu(exact, e, DType::f32, 1024, "f32, TF32 off");
+  CHECK_MESSAGE(test::values(ops::mm(da, db)) == test::values(exact), "the same product twice differs");
   double err_on = 0;
   {
     Tf32Guard on(true);
