@@ -1,13 +1,18 @@
-// CPU indexing ops. Indices are read once into checked int64 vectors; row copies are memcpy
-// (dtype-agnostic), and gather/scatter walk "fibers" (all positions that differ only along
-// `dim`), one fiber per thread at a time, so accumulations never race and never reorder.
+// Indexing ops. The fronts check shapes and dtypes, then run the CUDA kernels (core/cuda/index.h)
+// or the CPU code here. On the CPU, indices are read once into checked int64 vectors; row copies
+// are memcpy (dtype-agnostic), and gather/scatter walk "fibers" (all positions that differ only
+// along `dim`), one fiber per thread at a time, so accumulations never race and never reorder.
 #include <kiln/core/ops/index.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
+#include <kiln/core/cuda/index.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
@@ -33,6 +38,15 @@ Shape unravel(int64_t flat, const Shape& shape) {
   return pos;
 }
 
+// The error for index value `v` at row-major position `position` of `index` (CPU and CUDA alike).
+[[noreturn]] void throw_bad_index(const char* op, const Tensor& index, int64_t position, int64_t v, int64_t size,
+                                  const IndexTarget& target) {
+  KILN_CHECK_INDEX(false, op, ": index ", v, " at position ", unravel(position, index.shape()),
+                   " is out of range [0, ", size, ") for dim ", target.dim, " of the ", target.name, " of shape ",
+                   target.shape);
+  std::abort();  // not reached
+}
+
 // The entries of `index` in row-major order, each checked to lie in [0, size).
 std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_t size, const IndexTarget& target) {
   Tensor ic = index.contiguous();
@@ -41,13 +55,36 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_
     const I* p = static_cast<const I*>(ic.data_ptr());
     for (size_t i = 0; i < out.size(); ++i) {
       const int64_t v = static_cast<int64_t>(p[i]);
-      KILN_CHECK_INDEX(v >= 0 && v < size, op, ": index ", v, " at position ", unravel(int64_t(i), index.shape()),
-                       " is out of range [0, ", size, ") for dim ", target.dim, " of the ", target.name, " of shape ",
-                       target.shape);
+      if (v < 0 || v >= size) throw_bad_index(op, index, int64_t(i), v, size, target);
       out[i] = v;
     }
   });
   return out;
+}
+
+// Whether the op runs on CUDA: then every tensor is defined and on one CUDA device. Otherwise they
+// must all be CPU tensors (check_cpu names the op and the device).
+bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
+  if constexpr (cuda::kBuilt) {
+    bool any = false;
+    for (const Tensor* t : tensors) any = any || (t->defined() && t->device().is_cuda());
+    if (any) {
+      int i = 0;
+      for (const Tensor* t : tensors) {
+        KILN_CHECK(t->defined(), op, ": argument ", i++, " is an undefined tensor");
+        check_same_device(op, **tensors.begin(), *t);
+      }
+      return true;
+    }
+  }
+  check_cpu(op, tensors);
+  return false;
+}
+
+// Throws the CPU's message for a fault a CUDA kernel reported.
+void check_fault(const char* op, const Tensor& index, const cuda::IndexFault& f, int64_t size,
+                 const IndexTarget& target) {
+  if (f) throw_bad_index(op, index, f.position, f.value, size, target);
 }
 
 // A target written through strides must not have two positions on one element (a broadcast view).
@@ -112,10 +149,20 @@ std::pair<int64_t, int64_t> outer_inner(const Shape& shape, int64_t dim) {
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_cpu("index_select", {&x, &index});
+  const bool gpu = on_cuda("index_select", {&x, &index});
   KILN_CHECK(x.dim() >= 1, "index_select: expected an input with at least 1 dim, got shape ", x.shape());
   KILN_CHECK(index.dim() <= 1, "index_select: index must be 1-D, got shape ", index.shape());
   dim = wrap_dim(dim, x.dim(), "index_select");
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      Shape out_shape = x.shape();
+      out_shape[dim] = index.numel();
+      Tensor out = empty(out_shape, x.dtype(), x.device());
+      check_fault("index_select", index, cuda::index_select(x, dim, index, out), x.size(dim),
+                  {"input", dim, x.shape()});
+      return out;
+    }
+  }
   auto idx = checked_indices("index_select", index, x.size(dim), {"input", dim, x.shape()});
   Shape out_shape = x.shape();
   out_shape[dim] = static_cast<int64_t>(idx.size());
@@ -126,7 +173,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_cpu("gather", {&x, &index});
+  const bool gpu = on_cuda("gather", {&x, &index});
   KILN_CHECK(x.dim() >= 1, "gather: expected an input with at least 1 dim, got shape ", x.shape());
   dim = wrap_dim(dim, x.dim(), "gather");
   KILN_CHECK(index.dim() == x.dim(), "gather: index of shape ", index.shape(), " must have as many dims as the input ",
@@ -134,6 +181,13 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   for (int64_t d = 0; d < x.dim(); ++d)
     KILN_CHECK(d == dim || index.size(d) <= x.size(d), "gather: index of shape ", index.shape(),
                " is larger than the input ", x.shape(), " in dim ", d, " (only dim ", dim, " may be larger)");
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      Tensor out = empty(index.shape(), x.dtype(), x.device());
+      check_fault("gather", index, cuda::gather(x, dim, index, out), x.size(dim), {"input", dim, x.shape()});
+      return out;
+    }
+  }
   auto idx = checked_indices("gather", index, x.size(dim), {"input", dim, x.shape()});
   Tensor out = empty(index.shape(), x.dtype());
   if (out.numel() == 0) return out;
@@ -150,7 +204,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_cpu("scatter_add_", {&self, &index, &src});
+  const bool gpu = on_cuda("scatter_add_", {&self, &index, &src});
   KILN_CHECK(self.dim() >= 1, "scatter_add_: expected a target with at least 1 dim, got shape ", self.shape());
   dim = wrap_dim(dim, self.dim(), "scatter_add_");
   KILN_CHECK(index.dim() == self.dim() && src.dim() == self.dim(), "scatter_add_: self ", self.shape(), ", index ",
@@ -163,6 +217,14 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
                " is larger than self ", self.shape(), " in dim ", d, " (only dim ", dim, " may be larger)");
   }
   check_no_internal_overlap("scatter_add_", self);
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      Tensor s = src.storage() == self.storage() ? src.clone() : src;
+      check_fault("scatter_add_", index, cuda::scatter_add_(self, dim, index, s), self.size(dim),
+                  {"self", dim, self.shape()});
+      return self;
+    }
+  }
   auto idx = checked_indices("scatter_add_", index, self.size(dim), {"self", dim, self.shape()});
   if (idx.empty()) return self;
   Tensor s = src.storage() == self.storage() ? src.clone() : src;
@@ -182,14 +244,14 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_cpu("scatter_add", {&self, &index, &src});
+  on_cuda("scatter_add", {&self, &index, &src});
   Tensor out = self.clone();
   scatter_add_(out, dim, index, src);
   return out;
 }
 
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_cpu("index_add_", {&self, &index, &src});
+  const bool gpu = on_cuda("index_add_", {&self, &index, &src});
   KILN_CHECK(self.dim() >= 1, "index_add_: expected a target with at least 1 dim, got shape ", self.shape());
   KILN_CHECK(index.dim() <= 1, "index_add_: index must be 1-D, got shape ", index.shape());
   dim = wrap_dim(dim, self.dim(), "index_add_");
@@ -199,6 +261,14 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   KILN_CHECK(src.shape() == want, "index_add_: src has shape ", src.shape(), ", expected ", want, " (self ",
              self.shape(), " with dim ", dim, " of size index.numel() = ", index.numel(), ")");
   check_no_internal_overlap("index_add_", self);
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      Tensor s = src.storage() == self.storage() ? src.clone() : src;
+      check_fault("index_add_", index, cuda::index_add_(self, dim, index, s), self.size(dim),
+                  {"self", dim, self.shape()});
+      return self;
+    }
+  }
   auto idx = checked_indices("index_add_", index, self.size(dim), {"self", dim, self.shape()});
   if (src.numel() == 0) return self;
   Tensor s = src.storage() == self.storage() ? src.clone() : src;
@@ -217,8 +287,17 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  check_cpu("embedding", {&weight, &ids});
+  const bool gpu = on_cuda("embedding", {&weight, &ids});
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (num_embeddings, dim), got shape ", weight.shape());
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      Shape out_shape = ids.shape();
+      out_shape.push_back(weight.size(1));
+      Tensor out = empty(out_shape, weight.dtype(), weight.device());
+      check_fault("embedding", ids, cuda::embedding(weight, ids, out), weight.size(0), {"weight", 0, weight.shape()});
+      return out;
+    }
+  }
   auto idx = checked_indices("embedding", ids, weight.size(0), {"weight", 0, weight.shape()});
   Shape out_shape = ids.shape();
   out_shape.push_back(weight.size(1));
@@ -228,7 +307,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 }
 
 Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num_embeddings) {
-  check_cpu("embedding_backward", {&grad_out, &ids});
+  const bool gpu = on_cuda("embedding_backward", {&grad_out, &ids});
   KILN_CHECK(num_embeddings >= 0, "embedding_backward: num_embeddings must be >= 0, got ", num_embeddings);
   KILN_CHECK(grad_out.dim() == ids.dim() + 1 &&
                  std::equal(ids.shape().begin(), ids.shape().end(), grad_out.shape().begin()),
@@ -236,6 +315,14 @@ Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num
              " plus one embedding dim");
   const int64_t C = grad_out.size(-1);
   const Shape table{num_embeddings, C};
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      Tensor out = empty(table, grad_out.dtype(), grad_out.device());
+      check_fault("embedding_backward", ids, cuda::embedding_backward(grad_out, ids, num_embeddings, out),
+                  num_embeddings, {"gradient table", 0, table});
+      return out;
+    }
+  }
   auto idx = checked_indices("embedding_backward", ids, num_embeddings, {"gradient table", 0, table});
   // Positions grouped by id, in position order (a stable counting sort).
   std::vector<int64_t> start(static_cast<size_t>(num_embeddings) + 1, 0), order(idx.size());

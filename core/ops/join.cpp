@@ -1,23 +1,25 @@
 // cat/stack: shape checks and dtype promotion here; the copies go through Tensor::copy_ into
-// narrow() views of the output (copy_ handles strides, conversion and threading).
-// split/chunk only build narrow() views.
+// narrow() views of the output (copy_ handles strides, conversion, threading and devices), so they
+// work on any device with no kernel of their own. split/chunk only build narrow() views.
 #include <kiln/core/ops/join.h>
 
 #include <kiln/core/factory.h>
-#include <kiln/core/ops/common.h>
 
 namespace kiln::ops {
 
 namespace {
 
+// Every tensor defined and on the first one's device.
 void check_inputs(const char* op, const std::vector<Tensor>& tensors) {
   KILN_CHECK(!tensors.empty(), op, ": expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
     KILN_CHECK(tensors[i].defined(), op, ": tensor ", i, " is undefined");
-    KILN_CHECK(tensors[i].device().is_cpu(), op, ": no kernel for tensors on ", tensors[i].device(),
-               " yet (tensor ", i, " of shape ", tensors[i].shape(), "); move it to the CPU with .to(Device::cpu())");
+    KILN_CHECK(tensors[i].device() == tensors[0].device(), op, ": expected tensors on one device, but tensor ", i,
+               " is on ", tensors[i].device(), " and tensor 0 on ", tensors[0].device());
   }
 }
+
+void check_view_input(const char* op, const Tensor& x) { KILN_CHECK(x.defined(), op, ": the input is undefined"); }
 
 // cat without the input checks; `dim` already wrapped.
 Tensor cat_impl(const char* op, const std::vector<Tensor>& tensors, int64_t dim) {
@@ -33,7 +35,7 @@ Tensor cat_impl(const char* op, const std::vector<Tensor>& tensors, int64_t dim)
     out_shape[dim] += t.size(dim);
     dt = promote_types(dt, t.dtype());
   }
-  Tensor out = empty(out_shape, dt);
+  Tensor out = empty(out_shape, dt, first.device());
   int64_t at = 0;
   for (const Tensor& t : tensors) {
     const int64_t n = t.size(dim);
@@ -66,7 +68,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  check_cpu("split", {&x});
+  check_view_input("split", x);
   KILN_CHECK(x.dim() >= 1, "split: expected a tensor with at least 1 dim, got shape ", x.shape());
   dim = wrap_dim(dim, x.dim(), "split");
   KILN_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
@@ -78,7 +80,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
-  check_cpu("split", {&x});
+  check_view_input("split", x);
   KILN_CHECK(x.dim() >= 1, "split: expected a tensor with at least 1 dim, got shape ", x.shape());
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
@@ -98,7 +100,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
-  check_cpu("chunk", {&x});
+  check_view_input("chunk", x);
   KILN_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
   KILN_CHECK(x.dim() >= 1, "chunk: expected a tensor with at least 1 dim, got shape ", x.shape());
   dim = wrap_dim(dim, x.dim(), "chunk");

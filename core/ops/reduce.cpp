@@ -1,6 +1,7 @@
-// CPU reductions: each front plans the reduction as (outer, n, inner) over contiguous memory and
-// hands it to the drivers in core/cpu/reduce.h. Planning follows memory order, so a transposed
-// input is reduced in place; only patterns like reducing dims 0 and 2 of 3 need a copy.
+// Reductions: each front plans the reduction as (outer, n, inner) over dense memory and hands it to
+// the CPU drivers in core/cpu/reduce.h or the CUDA kernels in core/cuda/reduce.h. Planning follows
+// memory order, so a transposed input is reduced in place; only patterns like reducing dims 0 and 2
+// of 3 need a copy.
 #include <kiln/core/ops/reduce.h>
 
 #include <algorithm>
@@ -8,12 +9,22 @@
 #include <limits>
 
 #include <kiln/core/cpu/reduce.h>
+#include <kiln/core/cuda/reduce.h>
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/ops/common.h>
 
 namespace kiln::ops {
 
 namespace {
+
+// Whether x goes to the CUDA kernels; otherwise it must be a defined CPU tensor.
+bool on_cuda(const char* op, const Tensor& x) {
+  if constexpr (cuda::kBuilt)
+    if (x.defined() && x.device().is_cuda()) return true;
+  check_cpu(op, {&x});
+  return false;
+}
 
 struct Plan {
   Tensor src;  // dense memory read as (outer, n, inner)
@@ -93,21 +104,32 @@ Plan plan_reduction(const char* op, const Tensor& x, const std::vector<int64_t>&
 // The logical result from `dst`, a contiguous tensor in the kernel's output order.
 Tensor finish(const Plan& p, const Tensor& dst) {
   if (p.in_order) return dst.view(p.out_shape);
-  Tensor out = empty(p.out_shape, dst.dtype());
+  Tensor out = empty(p.out_shape, dst.dtype(), dst.device());
   out.as_strided(p.kept_sizes, p.kept_out_strides, 0).copy_(dst.view(p.kept_sizes));
   return out;
 }
 
-Tensor new_result(const Plan& p, DType dtype) { return empty({p.outer * p.inner}, dtype); }
+Tensor new_result(const Plan& p, DType dtype, Device device) { return empty({p.outer * p.inner}, dtype, device); }
 
 enum class Moment { sum, mean, var, std };
 
-// sum / mean / var / std of floating inputs: accumulated in double, rounded once to T.
+// sum / mean / var / std of floating inputs: accumulated in double (CUDA: float, f64 in double),
+// rounded once to T.
 Tensor floating_moment(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
                        Moment kind, int64_t correction = 0) {
-  check_cpu(op, {&x});
+  const bool gpu = on_cuda(op, x);
   Plan p = plan_reduction(op, x, dims, keepdim);
-  Tensor dst = new_result(p, x.dtype());
+  Tensor dst = new_result(p, x.dtype(), x.device());
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      if (kind == Moment::sum || kind == Moment::mean)
+        cuda::sum_reduce(op, p.src, p.outer, p.n, p.inner, kind == Moment::sum ? 1.0 : 1.0 / static_cast<double>(p.n),
+                         dst);
+      else
+        cuda::var_reduce(op, p.src, p.outer, p.n, p.inner, correction, kind == Moment::std, dst);
+      return finish(p, dst);
+    }
+  }
   dispatch_floating(x.dtype(), op, [&]<class T>() {
     const T* src = static_cast<const T*>(p.src.data_ptr());
     std::vector<double> acc(static_cast<size_t>(p.outer * p.inner));
@@ -137,11 +159,19 @@ Tensor floating_moment(const char* op, const Tensor& x, const std::vector<int64_
 template <bool Max>
 void extremum(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, Tensor* values,
               Tensor* indices) {
-  check_cpu(op, {&x});
+  const bool gpu = on_cuda(op, x);
   Plan p = plan_reduction(op, x, dims, keepdim);
   KILN_CHECK(p.n > 0, op, ": cannot reduce over an empty dim (input of shape ", x.shape(), ")");
-  Tensor vdst = values ? new_result(p, x.dtype()) : Tensor();
-  Tensor idst = indices ? new_result(p, DType::i64) : Tensor();
+  Tensor vdst = values ? new_result(p, x.dtype(), x.device()) : Tensor();
+  Tensor idst = indices ? new_result(p, DType::i64, x.device()) : Tensor();
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      cuda::extremum_reduce(op, p.src, p.outer, p.n, p.inner, Max, vdst, idst);
+      if (values) *values = finish(p, vdst);
+      if (indices) *indices = finish(p, idst);
+      return;
+    }
+  }
   dispatch_numeric(x.dtype(), op, [&]<class T>() {
     using C = acc_t<T>;
     std::vector<cpu::Best<C>> best(static_cast<size_t>(p.outer * p.inner));
@@ -164,10 +194,16 @@ void extremum(const char* op, const Tensor& x, const std::vector<int64_t>& dims,
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  check_cpu("sum", {&x});
+  const bool gpu = on_cuda("sum", x);
   if (is_floating(x.dtype())) return floating_moment("sum", x, dims, keepdim, Moment::sum);
   Plan p = plan_reduction("sum", x, dims, keepdim);
-  Tensor dst = new_result(p, DType::i64);
+  Tensor dst = new_result(p, DType::i64, x.device());
+  if constexpr (cuda::kBuilt) {
+    if (gpu) {
+      cuda::integer_sum_reduce("sum", p.src, p.outer, p.n, p.inner, dst);
+      return finish(p, dst);
+    }
+  }
   dispatch_all(x.dtype(), "sum", [&]<class T>() {
     if constexpr (!std::is_floating_point_v<acc_t<T>>) {
       cpu::sum_reduce<int64_t>(static_cast<const T*>(p.src.data_ptr()), p.outer, p.n, p.inner,

@@ -1,0 +1,45 @@
+// CUDA indexing kernels (index.cu) behind the fronts in core/ops/index.cpp, which check shapes and
+// dtypes and throw the CPU's message for an out-of-range index. Every tensor is on one CUDA device;
+// inputs and indices may be strided. Indices are checked on the device: a kernel records the first
+// bad position in a device flag, read back once per op (one small copy to the host, a sync).
+#pragma once
+
+#include <cstdint>
+
+#include <kiln/core/tensor.h>
+
+namespace kiln::cuda {
+
+// The first out-of-range index an op met (row-major position in the index tensor), if any.
+struct IndexFault {
+  int64_t position = -1;  // -1: every index was in range
+  int64_t value = 0;
+  explicit operator bool() const { return position >= 0; }
+};
+
+// out (contiguous; x's shape with size index.numel() at dim) = x[..., index, ...]. Any dtype.
+IndexFault index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+
+// out (contiguous; index's shape) = x at index along dim. Any dtype.
+IndexFault gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+
+// self[.., index[..j..], ..] += src[..j..] along dim. Checks every index before writing (nothing is
+// written on a fault). Numeric dtypes. Deterministic and bitwise equal to the CPU (adds in index
+// order, rounding to the dtype each step) when the fibers along dim are short (<= 64) or many
+// (>= 8192); otherwise atomics add in an unspecified order (floating results may then differ in
+// the last bits from run to run, as in torch).
+IndexFault scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+
+// self.select(dim, index[i]) += src.select(dim, i) for each i. Checks every index before writing.
+// Numeric dtypes. Deterministic and bitwise equal to the CPU: positions are sorted by index
+// (stable radix sort) and each element of self adds its sources in position order.
+IndexFault index_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+
+// out (contiguous; (*ids.shape, C)) = rows of weight (V, C). Any dtype.
+IndexFault embedding(const Tensor& weight, const Tensor& ids, const Tensor& out);
+
+// out (contiguous; (num_embeddings, C)) = the rows of grad_out (*ids.shape, C) summed per id, in
+// position order, accumulated in float for 16-bit dtypes (bitwise equal to the CPU). Numeric dtypes.
+IndexFault embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num_embeddings, const Tensor& out);
+
+}  // namespace kiln::cuda
