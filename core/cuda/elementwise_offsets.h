@@ -20,7 +20,7 @@
 
 namespace kiln::cuda {
 
-// Dims an offset calculator holds after coalescing; loops with more fall back to contiguous copies.
+// Dims an offset calculator holds after coalescing; loops with more are peeled (Note [32-bit pieces]).
 inline constexpr int kMaxLoopDims = 8;
 // Pieces handed to one strided launch have at most this many elements (Note [32-bit pieces]).
 inline constexpr int64_t kMaxPieceNumel = INT32_MAX;
@@ -140,16 +140,19 @@ OffsetCalculator<N> make_offset_calculator(const Loop<N>& loop) {
 }
 
 // Note [32-bit pieces]
-// The strided kernel divides 32-bit indices (IntDivider needs n < 2^31). A larger loop is cut
-// along its outermost dim into pieces of at most `max_numel` elements; when even one step of that
-// dim is too big, each step becomes a loop of one dim fewer, cut again. fn(piece, base) gets each
-// piece in linear order, `base[k]` being the element offset of the piece's first element in
-// operand k. Offsets stay int64 throughout.
+// The strided kernel divides 32-bit indices (IntDivider needs n < 2^31) and its calculator holds
+// kMaxLoopDims dims. A loop with more dims is peeled: each step of its outermost dim becomes a loop
+// of one dim fewer (more than 8 unmergeable dims of size >= 2 means at least 256 elements per
+// launch). A loop with too many elements is cut along its outermost dim into pieces of at most
+// `max_numel`; when even one step of that dim is too big, each step is cut again in the same way.
+// fn(piece, base) gets each piece in linear order, `base[k]` being the element offset of the
+// piece's first element in operand k. Offsets stay int64 throughout.
 namespace detail {
 template <int N, class Fn>
-void split_pieces(const Loop<N>& loop, const std::array<int64_t, N>& base, Fn& fn, int64_t max_numel) {
+void split_pieces(const Loop<N>& loop, const std::array<int64_t, N>& base, Fn& fn, int64_t max_numel,
+                  int max_dims) {
   const int64_t n = loop.numel();
-  if (n <= max_numel || loop.dims() == 0) {
+  if (loop.dims() == 0 || (n <= max_numel && loop.dims() <= max_dims)) {
     fn(loop, base);
     return;
   }
@@ -157,7 +160,7 @@ void split_pieces(const Loop<N>& loop, const std::array<int64_t, N>& base, Fn& f
   const int64_t outer = loop.sizes[d], inner = n / outer;
   Loop<N> piece = loop;
   std::array<int64_t, N> b;
-  if (inner <= max_numel) {
+  if (inner <= max_numel && loop.dims() <= max_dims) {
     const int64_t step = max_numel / inner;  // >= 1
     for (int64_t s = 0; s < outer; s += step) {
       piece.sizes[d] = std::min(step, outer - s);
@@ -170,14 +173,14 @@ void split_pieces(const Loop<N>& loop, const std::array<int64_t, N>& base, Fn& f
   for (int k = 0; k < N; ++k) piece.strides[k].pop_back();
   for (int64_t s = 0; s < outer; ++s) {
     for (int k = 0; k < N; ++k) b[k] = base[k] + s * loop.strides[k][d];
-    split_pieces<N>(piece, b, fn, max_numel);
+    split_pieces<N>(piece, b, fn, max_numel, max_dims);
   }
 }
 }  // namespace detail
 
 template <int N, class Fn>
-void for_each_piece(const Loop<N>& loop, Fn&& fn, int64_t max_numel = kMaxPieceNumel) {
-  detail::split_pieces<N>(loop, std::array<int64_t, N>{}, fn, max_numel);
+void for_each_piece(const Loop<N>& loop, Fn&& fn, int64_t max_numel = kMaxPieceNumel, int max_dims = kMaxLoopDims) {
+  detail::split_pieces<N>(loop, std::array<int64_t, N>{}, fn, max_numel, max_dims);
 }
 
 }  // namespace kiln::cuda

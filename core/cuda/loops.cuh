@@ -115,26 +115,6 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, sizeof...(In)
   }
   const Loop<N> loop = coalesce<N>(out.shape(), strides);
 
-  if (loop.dims() > kMaxLoopDims) {
-    // More dims than the offset calculator holds, none mergeable (rare): compute from contiguous
-    // inputs into a contiguous output, which coalesce to one dim.
-    std::array<Tensor, N - 1> dense;
-    std::array<const Tensor*, N - 1> dense_ptrs;
-    for (int k = 0; k < N - 1; ++k) {
-      dense[k] = ins[k]->contiguous();
-      dense_ptrs[k] = &dense[k];
-    }
-    if (out.is_contiguous()) {
-      launch_map<Out, In...>(out, dense_ptrs, op);
-    } else {
-      Tensor tmp = empty(out.shape(), out.dtype(), out.device());
-      launch_map<Out, In...>(tmp, dense_ptrs, op);
-      Tensor target = out;  // a handle to the same tensor
-      target.copy_(tmp);
-    }
-    return;
-  }
-
   cudaStream_t stream = stream_for(out);
   Pointers<N> p;
   for (int k = 0; k < N; ++k) p.p[k] = static_cast<char*>(all[k]->data_ptr());
@@ -154,6 +134,7 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, sizeof...(In)
     // Misaligned views (x[1:]) fall through to the strided kernel over one dim.
   }
 
+  // Pieces of < 2^31 elements and <= kMaxLoopDims dims (Note [32-bit pieces]).
   const size_t sizes[N] = {sizeof(Out), sizeof(In)...};
   for_each_piece<N>(loop, [&](const Loop<N>& piece, const std::array<int64_t, N>& base) {
     Pointers<N> q;

@@ -72,7 +72,8 @@ void triangle(const Tensor& out, const Tensor& x, int64_t diagonal, bool upper) 
   const std::vector<int64_t> bstrides(x.strides().begin(), x.strides().end() - 2);
   const Loop<1> loop = coalesce<1>(bshape, {bstrides});
   if (loop.dims() > kMaxLoopDims) {
-    triangle(out, x.contiguous(), diagonal, upper);  // its batch dims coalesce to one
+    // More unmergeable batch dims than BatchOffsets holds (rare): one launch per outermost index.
+    for (int64_t i = 0; i < x.size(0); ++i) triangle(out.select(0, i), x.select(0, i), diagonal, upper);
     return;
   }
   BatchOffsets batch;

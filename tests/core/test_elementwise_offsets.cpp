@@ -34,13 +34,15 @@ std::vector<std::array<int64_t, N>> walk(const std::vector<int64_t>& shape,
 template <int N>
 std::vector<std::array<int64_t, N>> via_calculator(const std::vector<int64_t>& shape,
                                                    const std::array<std::vector<int64_t>, N>& strides,
-                                                   int64_t max_numel = cuda::kMaxPieceNumel) {
+                                                   int64_t max_numel = cuda::kMaxPieceNumel,
+                                                   int max_dims = cuda::kMaxLoopDims) {
   std::vector<std::array<int64_t, N>> out;
   Loop<N> loop = coalesce<N>(shape, strides);
   for_each_piece<N>(
       loop,
       [&](const Loop<N>& piece, const std::array<int64_t, N>& base) {
         CHECK(piece.numel() <= max_numel);
+        CHECK(piece.dims() <= max_dims);
         auto calc = make_offset_calculator<N>(piece);
         for (int64_t i = 0; i < piece.numel(); ++i) {
           cuda::Offsets<N> o = calc.get(static_cast<uint32_t>(i));
@@ -49,7 +51,7 @@ std::vector<std::array<int64_t, N>> via_calculator(const std::vector<int64_t>& s
           out.push_back(a);
         }
       },
-      max_numel);
+      max_numel, max_dims);
   return out;
 }
 
@@ -131,12 +133,36 @@ TEST_CASE("offsets from the calculator match a walk of shape and strides") {
     }
     auto expected = walk<3>(shape, strides);
     CHECK(via_calculator<3>(shape, strides) == expected);
-    // Small pieces exercise every split path.
+    // Small pieces and few dims per launch exercise every split path.
     for (int64_t max_numel : {1, 2, 3, 7, 16}) {
       CAPTURE(max_numel);
       CHECK(via_calculator<3>(shape, strides, max_numel) == expected);
     }
+    for (int max_dims : {1, 2, 3}) {
+      CAPTURE(max_dims);
+      CHECK(via_calculator<3>(shape, strides, cuda::kMaxPieceNumel, max_dims) == expected);
+      CHECK(via_calculator<3>(shape, strides, 5, max_dims) == expected);
+    }
   }
+}
+
+TEST_CASE("loops of more than 8 unmergeable dims are peeled into launches of 8") {
+  // 11 dims of 2, reversed strides for operand 1: nothing merges.
+  std::vector<int64_t> shape(11, 2);
+  std::array<std::vector<int64_t>, 2> strides;
+  for (int d = 0; d < 11; ++d) {
+    strides[0].push_back(int64_t(1) << (10 - d));
+    strides[1].push_back(int64_t(1) << d);
+  }
+  Loop<2> loop = coalesce<2>(shape, strides);
+  REQUIRE(loop.dims() == 11);
+  int pieces = 0;
+  for_each_piece<2>(loop, [&](const Loop<2>& piece, const std::array<int64_t, 2>&) {
+    CHECK(piece.dims() == cuda::kMaxLoopDims);
+    ++pieces;
+  });
+  CHECK(pieces == 8);  // the 3 outer dims peeled
+  CHECK(via_calculator<2>(shape, strides) == walk<2>(shape, strides));
 }
 
 TEST_CASE("loops past 2^31 elements split into 32-bit pieces with int64 bases") {
