@@ -2,7 +2,6 @@
 #include <kiln/autograd/ops/elementwise.h>
 
 #include <array>
-#include <cmath>
 
 #include <kiln/autograd/function.h>
 #include <kiln/core/factory.h>
@@ -175,32 +174,14 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
+  // One fused kernel per backward (ops::gelu_*_backward) on either device.
   if (approximate == GeluApproximate::tanh) {
     return record<1>(ops::gelu_tanh(x), "GeluTanhBackward",
-                     [](const Tensor& g, const auto& s, double) {
-                       // u = c (x + 0.044715 x^3); d/dx 0.5 x (1 + tanh u)
-                       //   = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2)
-                       const double c = std::sqrt(2.0 / M_PI);
-                       const Tensor& v = s[0];
-                       Tensor v2 = ops::square(v);
-                       Tensor t = ops::tanh(ops::mul(ops::mul(v, ops::add(ops::mul(v2, 0.044715), 1.0)), c));
-                       Tensor left = ops::mul(ops::add(t, 1.0), 0.5);
-                       Tensor right = ops::mul(ops::mul(ops::mul(v, ops::rsub(ops::square(t), 1.0)),
-                                                        ops::add(ops::mul(v2, 3 * 0.044715), 1.0)),
-                                               0.5 * c);
-                       return grads_of(ops::mul(g, ops::add(left, right)));
-                     },
+                     [](const Tensor& g, const auto& s, double) { return grads_of(ops::gelu_tanh_backward(g, s[0])); },
                      {&x}, {x});
   }
   return record<1>(ops::gelu_erf(x), "GeluBackward",
-                   [](const Tensor& g, const auto& s, double) {
-                     // d/dx x Phi(x) = Phi(x) + x phi(x)
-                     const Tensor& v = s[0];
-                     Tensor cdf = ops::div(ops::gelu_erf(v), v);  // Phi(x), except at 0
-                     Tensor phi = ops::mul(ops::exp(ops::mul(ops::square(v), -0.5)), 1.0 / std::sqrt(2 * M_PI));
-                     cdf = ops::where(ops::eq(v, 0.0), full({}, 0.5, v.dtype()), cdf);
-                     return grads_of(ops::mul(g, ops::add(cdf, ops::mul(v, phi))));
-                   },
+                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::gelu_erf_backward(g, s[0])); },
                    {&x}, {x});
 }
 

@@ -1,6 +1,7 @@
-// Elementwise ops with numpy broadcasting. Binary ops promote dtypes like torch (i32 + f32 -> f32);
-// float functions (exp, log, ...) turn integer inputs into f32; comparisons return bool.
-// 16-bit floats are computed in float and rounded once.
+// Elementwise ops with numpy broadcasting, on the CPU and CUDA. Binary ops promote dtypes like
+// torch (i32 + f32 -> f32); float functions (exp, log, ...) turn integer inputs into f32;
+// comparisons return bool. 16-bit floats are computed in float and rounded once. Operands share a
+// device, except that a 0-dim CPU tensor may meet CUDA tensors as a scalar (as in torch).
 #pragma once
 
 #include <kiln/core/tensor.h>
@@ -60,5 +61,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 Tensor& add_(Tensor& a, const Tensor& b, double alpha = 1.0);
 Tensor& mul_(Tensor& a, const Tensor& b);
 Tensor& mul_(Tensor& a, double b);
+
+// GELU backward, fused: grad * d/dx gelu(x) (floating result, grad and x broadcast).
+Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x);
+Tensor gelu_erf_backward(const Tensor& grad, const Tensor& x);
 
 }  // namespace kiln::ops

@@ -1,9 +1,11 @@
-// CPU triu/tril: each (batch, row) of the output is one run copied from the input and two runs
-// filled with zero, so rows are independent and split over threads freely.
+// triu/tril: each (batch, row) of the output is one run copied from the input and two runs filled
+// with zero, so rows are independent and split over threads freely (CUDA: core/cuda/triangle.cu).
 #include <kiln/core/ops/triangle.h>
 
 #include <algorithm>
 
+#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/triangle.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
@@ -13,14 +15,25 @@ namespace kiln::ops {
 
 namespace {
 
-// Row r keeps columns [lo(r), hi(r)) and zeroes the rest.
-template <class Range>
-Tensor triangle(const char* op, const Tensor& x, Range keep) {
-  check_cpu(op, {&x});
+// Row i keeps columns [lo(i), hi(i)) and zeroes the rest: upper keeps j - i >= diagonal, lower
+// j - i <= diagonal.
+Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool upper) {
+  check_defined(x, op);
   KILN_CHECK(x.dim() >= 2, op, ": expected a tensor with at least 2 dims, got shape ", x.shape());
   const int64_t rows = x.size(-2), cols = x.size(-1);
-  Tensor out = empty(x.shape(), x.dtype());
+  Tensor out = empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
+  if constexpr (cuda::kBuilt) if (x.device().is_cuda()) {
+    cuda::triangle(out, x, diagonal, upper);
+    return out;
+  }
+  check_cpu(op, {&x});
+  // Past the matrix every diagonal keeps the same ranges; clamping keeps i + diagonal in range.
+  diagonal = std::clamp<int64_t>(diagonal, -rows - 1, cols + 1);
+  auto keep = [&](int64_t i) {
+    return upper ? std::pair<int64_t, int64_t>{std::clamp<int64_t>(i + diagonal, 0, cols), cols}
+                 : std::pair<int64_t, int64_t>{0, std::clamp<int64_t>(i + diagonal + 1, 0, cols)};
+  };
   const int64_t rs = x.stride(-2), cs = x.stride(-1);
   const int64_t batch = out.numel() / (rows * cols);
   // The batch dims of x, to find each matrix's start through its strides.
@@ -39,7 +52,7 @@ Tensor triangle(const char* op, const Tensor& x, Range keep) {
         }
         const T* src = xp + base + i * rs;
         T* dst = o + r * cols;
-        auto [lo, hi] = keep(i, cols);
+        auto [lo, hi] = keep(i);
         for (int64_t j = 0; j < lo; ++j) dst[j] = T{};
         for (int64_t j = lo; j < hi; ++j) dst[j] = src[j * cs];
         for (int64_t j = hi; j < cols; ++j) dst[j] = T{};
@@ -51,16 +64,7 @@ Tensor triangle(const char* op, const Tensor& x, Range keep) {
 
 }  // namespace
 
-Tensor triu(const Tensor& x, int64_t diagonal) {
-  return triangle("triu", x, [diagonal](int64_t i, int64_t cols) {
-    return std::pair<int64_t, int64_t>{std::clamp<int64_t>(i + diagonal, 0, cols), cols};
-  });
-}
-
-Tensor tril(const Tensor& x, int64_t diagonal) {
-  return triangle("tril", x, [diagonal](int64_t i, int64_t cols) {
-    return std::pair<int64_t, int64_t>{0, std::clamp<int64_t>(i + diagonal + 1, 0, cols)};
-  });
-}
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("triu", x, diagonal, true); }
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("tril", x, diagonal, false); }
 
 }  // namespace kiln::ops

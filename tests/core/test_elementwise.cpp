@@ -234,3 +234,32 @@ TEST_CASE("bad input names the values") {
   CHECK_ERROR_CONTAINS(ops::neg(zeros({2}, DType::b8)), "neg", "bool");
   CHECK_ERROR_CONTAINS(ops::add(a, Tensor()), "add", "undefined");
 }
+
+TEST_CASE("fused GELU backward matches the analytic derivative, finite in both tails") {
+  auto dtanh = [](double x) {
+    const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+  };
+  auto derf = [](double x) { return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); };
+  for (DType dt : kFloatTypes) {
+    Tensor x = test::random({33, 17}, dt, 60, -6, 6);
+    Tensor g = test::random({17}, dt, 61);  // broadcast over rows
+    std::vector<double> et, ee;
+    for_each_index(x.shape(), [&](const std::vector<int64_t>& i) {
+      et.push_back(at(g, {i[1]}) * dtanh(at(x, i)));
+      ee.push_back(at(g, {i[1]}) * derf(at(x, i)));
+    });
+    const double tol = dt == DType::f64 ? 1e-12 : test::rtol_for(dt) * 4;
+    Tensor rt = ops::gelu_tanh_backward(g, x), re = ops::gelu_erf_backward(g, x);
+    CHECK(rt.dtype() == dt);
+    test::check_close(rt, test::rounded(et, dt), tol, tol, std::string("gelu_tanh_backward ") + dtype_name(dt));
+    test::check_close(re, test::rounded(ee, dt), tol, tol, std::string("gelu_erf_backward ") + dtype_name(dt));
+  }
+  // Tails: the derivative tends to 1 and 0 without inf/NaN; NaN stays NaN.
+  Tensor x = from_vector(std::vector<float>{-100.f, -20.f, 0.f, 20.f, 100.f, NAN}, {6});
+  Tensor one = ones({6});
+  test::check_close(ops::gelu_tanh_backward(one, x), {0, 0, 0.5, 1, 1, NAN}, 1e-6, 1e-6, "gelu_tanh_backward tails");
+  test::check_close(ops::gelu_erf_backward(one, x), {0, 0, 0.5, 1, 1, NAN}, 1e-6, 1e-6, "gelu_erf_backward tails");
+  // Integer inputs give f32, like gelu itself.
+  CHECK(ops::gelu_tanh_backward(ones({2}, DType::i32), ones({2}, DType::i32)).dtype() == DType::f32);
+}
