@@ -17,7 +17,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 
 // self[i][index[i][j][k]][k] += src[i][j][k] for dim == 1 (likewise for any dim). index.size(d)
 // <= src.size(d) for every d and <= self.size(d) for d != dim; self and src share a dtype
-// (numeric, not bool). Repeated indices add up in index order, whatever the thread count.
+// (numeric, not bool). Repeated indices add up in index order, whatever the thread count; on CUDA
+// too, except for few long fibers along dim, where atomics add floats in no fixed order (see
+// core/cuda/index.h).
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);  // a new tensor
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);      // in place
 
@@ -30,7 +32,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 
 // The weight's gradient: grad_out (*ids.shape, C) -> (num_embeddings, C), the rows of grad_out
 // summed per id. Each output row is summed by one thread in position order (accumulating in
-// float for 16-bit types), so the result is bitwise the same for any thread count.
+// float for 16-bit types), so the result is bitwise the same for any thread count, and on CUDA
+// (which sorts the positions by id first) bitwise the same as on the CPU.
 Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num_embeddings);
 
 }  // namespace kiln::ops
