@@ -176,9 +176,9 @@ Tensor relu(const Tensor& x) {
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   // One fused kernel per backward (ops::gelu_*_backward) on either device.
   if (approximate == GeluApproximate::tanh) {
-    return record<1>(ops::gelu_tanh(x), "GeluTanhBackward",
-                     [](const Tensor& g, const auto& s, double) { return grads_of(ops::gelu_tanh_backward(g, s[0])); },
-                     {&x}, {x});
+    return record<1>(
+        ops::gelu_tanh(x), "GeluTanhBackward",
+        [](const Tensor& g, const auto& s, double) { return grads_of(ops::gelu_tanh_backward(g, s[0])); }, {&x}, {x});
   }
   return record<1>(ops::gelu_erf(x), "GeluBackward",
                    [](const Tensor& g, const auto& s, double) { return grads_of(ops::gelu_erf_backward(g, s[0])); },

@@ -12,11 +12,26 @@
 namespace kiln::cuda::fn {
 
 // float -> the f suffixed libm function, double -> the plain one (global names: kiln has pow too).
-template <class T> __device__ __forceinline__ T exp_(T v) { if constexpr (std::is_same_v<T, float>) return ::expf(v); else return ::exp(v); }
-template <class T> __device__ __forceinline__ T log_(T v) { if constexpr (std::is_same_v<T, float>) return ::logf(v); else return ::log(v); }
-template <class T> __device__ __forceinline__ T sqrt_(T v) { if constexpr (std::is_same_v<T, float>) return ::sqrtf(v); else return ::sqrt(v); }
-template <class T> __device__ __forceinline__ T tanh_(T v) { if constexpr (std::is_same_v<T, float>) return ::tanhf(v); else return ::tanh(v); }
-template <class T> __device__ __forceinline__ T erf_(T v) { if constexpr (std::is_same_v<T, float>) return ::erff(v); else return ::erf(v); }
+template <class T>
+__device__ __forceinline__ T exp_(T v) {
+  if constexpr (std::is_same_v<T, float>) return ::expf(v); else return ::exp(v);
+}
+template <class T>
+__device__ __forceinline__ T log_(T v) {
+  if constexpr (std::is_same_v<T, float>) return ::logf(v); else return ::log(v);
+}
+template <class T>
+__device__ __forceinline__ T sqrt_(T v) {
+  if constexpr (std::is_same_v<T, float>) return ::sqrtf(v); else return ::sqrt(v);
+}
+template <class T>
+__device__ __forceinline__ T tanh_(T v) {
+  if constexpr (std::is_same_v<T, float>) return ::tanhf(v); else return ::tanh(v);
+}
+template <class T>
+__device__ __forceinline__ T erf_(T v) {
+  if constexpr (std::is_same_v<T, float>) return ::erff(v); else return ::erf(v);
+}
 
 // --- unary ---------------------------------------------------------------------------------
 struct Neg { template <class T> __device__ T operator()(T v) const { return T(-v); } };

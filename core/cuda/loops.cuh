@@ -140,7 +140,8 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, sizeof...(In)
     Pointers<N> q;
     for (int k = 0; k < N; ++k) q.p[k] = p.p[k] + base[k] * static_cast<int64_t>(sizes[k]);
     const int64_t m = piece.numel();
-    strided_map_kernel<Op, Out, In...><<<blocks_for(m), kThreads, 0, stream>>>(q, make_offset_calculator<N>(piece), m, op);
+    const OffsetCalculator<N> calc = make_offset_calculator<N>(piece);
+    strided_map_kernel<Op, Out, In...><<<blocks_for(m), kThreads, 0, stream>>>(q, calc, m, op);
     KILN_CUDA_CHECK_LAUNCH();
   });
 }

@@ -40,7 +40,8 @@ __global__ void triangle_kernel(W* __restrict__ out, const W* __restrict__ x, Ba
     const int64_t lo = upper ? std::clamp<int64_t>(i + diagonal, 0, cols) : 0;
     const int64_t hi = upper ? cols : std::clamp<int64_t>(i + diagonal + 1, 0, cols);
     W* dst = out + r * cols;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dst[j] = (j >= lo && j < hi) ? src[j * col_stride] : W(0);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dst[j] = (j >= lo && j < hi) ? src[j * col_stride] : W(0);
   }
 }
 
@@ -50,9 +51,11 @@ void launch(const Tensor& out, const Tensor& x, const BatchOffsets& batch, int64
   const int64_t total_rows = out.numel() / cols;
   const int threads = cols >= kThreads ? kThreads : static_cast<int>(ceil_div(cols, 32) * 32);
   const int blocks = static_cast<int>(std::min<int64_t>(total_rows, 65535LL * 8));
-  triangle_kernel<W><<<blocks, threads, 0, stream_for(out)>>>(static_cast<W*>(out.data_ptr()),
-                                                                static_cast<const W*>(x.data_ptr()), batch, rows, cols,
-                                                                x.stride(-2), x.stride(-1), diagonal, upper, total_rows);
+  cudaStream_t stream = stream_for(out);
+  W* o = static_cast<W*>(out.data_ptr());
+  const W* in = static_cast<const W*>(x.data_ptr());
+  triangle_kernel<W><<<blocks, threads, 0, stream>>>(o, in, batch, rows, cols, x.stride(-2), x.stride(-1), diagonal,
+                                                       upper, total_rows);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

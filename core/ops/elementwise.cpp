@@ -201,7 +201,9 @@ Tensor abs(const Tensor& x) {
 Tensor relu(const Tensor& x) {
   return unary_numeric("relu", U::relu, x, [](auto v) { return v < 0 ? decltype(v)(0) : v; });
 }
-Tensor square(const Tensor& x) { return unary_numeric("square", U::square, x, [](auto v) { return decltype(v)(v * v); }); }
+Tensor square(const Tensor& x) {
+  return unary_numeric("square", U::square, x, [](auto v) { return decltype(v)(v * v); });
+}
 
 Tensor exp(const Tensor& x) { return unary_float("exp", U::exp, x, [](auto v) { return cpu::exp_any(v); }); }
 Tensor log(const Tensor& x) { return unary_float("log", U::log, x, [](auto v) { return std::log(v); }); }
@@ -211,7 +213,8 @@ Tensor rsqrt(const Tensor& x) {
 }
 Tensor tanh(const Tensor& x) { return unary_float("tanh", U::tanh, x, [](auto v) { return std::tanh(v); }); }
 Tensor sigmoid(const Tensor& x) {
-  return unary_float("sigmoid", U::sigmoid, x, [](auto v) { return decltype(v)(1) / (decltype(v)(1) + cpu::exp_any(-v)); });
+  return unary_float("sigmoid", U::sigmoid, x,
+                     [](auto v) { return decltype(v)(1) / (decltype(v)(1) + cpu::exp_any(-v)); });
 }
 Tensor gelu_tanh(const Tensor& x) {
   return unary_float("gelu_tanh", U::gelu_tanh, x, [](auto v) {

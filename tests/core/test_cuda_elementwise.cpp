@@ -190,8 +190,9 @@ TEST_CASE("NaN propagates through maximum, minimum and relu as on the CPU") {
 
 TEST_CASE("mixed dtypes promote as on the CPU") {
   test::require_cuda();
-  const std::pair<DType, DType> pairs[] = {{DType::i32, DType::f32},  {DType::bf16, DType::f16}, {DType::u8, DType::i64},
-                                           {DType::bf16, DType::f32}, {DType::i64, DType::bf16}, {DType::f16, DType::f64},
+  const std::pair<DType, DType> pairs[] = {{DType::i32, DType::f32}, {DType::bf16, DType::f16},
+                                           {DType::u8, DType::i64},  {DType::bf16, DType::f32},
+                                           {DType::i64, DType::bf16}, {DType::f16, DType::f64},
                                            {DType::u8, DType::i32}};
   uint64_t seed = 5000;
   for (const auto& [da, db] : pairs) {
