@@ -107,6 +107,10 @@ TEST_CASE("an allocation larger than the device fails with a clear out-of-memory
 TEST_CASE("record_stream keeps a freed block from reuse until the other stream is done") {
   test::require_cuda();
   cuda::Stream side = cuda::Stream::create(0);
+  {  // cache enough blocks first, so nothing below needs a cudaMalloc while `side` is held
+    std::vector<Tensor> warm;
+    for (int i = 0; i < 6; ++i) warm.push_back(empty({1 << 16}, DType::f32, Device::cuda()));
+  }
   // Hold `side` at a host function until the gate opens, so its work is certainly unfinished.
   std::atomic<bool> gate{false};
   auto wait_for_gate = [](void* g) {

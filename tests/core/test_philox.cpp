@@ -27,7 +27,7 @@ TEST_CASE("the uniform draw is 53 bits of one block scaled to [0, 1)") {
   }
 }
 
-TEST_CASE("log_unit is within a few ulp of std::log on (0, 1]") {
+TEST_CASE("log_unit is within three ulp of std::log on (0, 1]") {
   double worst = 0;
   for (double u : {1.0, 0x1.0p-53, 0.5, 0.70710678118654746, 0.70710678118654757, 0.999999999, 1e-300}) {
     double e = std::log(u), a = philox::log_unit(u);
@@ -39,7 +39,7 @@ TEST_CASE("log_unit is within a few ulp of std::log on (0, 1]") {
     worst = std::max(worst, e == 0 ? std::fabs(a) : std::fabs(a - e) / std::fabs(e));
   }
   CHECK(philox::log_unit(1.0) == 0.0);
-  CHECK(worst < 4e-16);
+  CHECK(worst < 6e-16);  // about three ulps where e ln2 and log m partly cancel
 }
 
 TEST_CASE("cos_2pi_bits53 is within 1e-15 of std::cos(2 pi u), with the quadrants right") {
@@ -65,5 +65,5 @@ TEST_CASE("the normal draw matches Box-Muller computed with libm") {
     double e = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
     worst = std::max(worst, std::fabs(philox_normal(7, i) - e) / std::max(1.0, std::fabs(e)));
   }
-  CHECK(worst < 4e-15);
+  CHECK(worst < 8e-15);  // libm's own 2 pi u rounding, times a radius up to ~6
 }
