@@ -11,6 +11,8 @@
 #include <kiln/core/parallel.h>
 #include <kiln/core/shape.h>
 #include <kiln/core/tensor.h>
+#include <kiln/core/cuda/allocator.h>
+#include <kiln/core/cuda/gemm.h>
 #include <kiln/core/cuda/runtime.h>
 #include <kiln/core/cuda/stream.h>
 #include <kiln/core/ops/ops.h>

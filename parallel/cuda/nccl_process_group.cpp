@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include <kiln/core/cuda/allocator.h>
 #include <kiln/core/cuda/check.h>
 #include <kiln/core/cuda/runtime.h>
 #include <kiln/core/cuda/stream.h>
@@ -255,7 +256,7 @@ class NcclProcessGroup final : public ProcessGroup {
     cuda::Event ready;
     ready.record(cuda::current_stream(comm_->device));
     ready.wait(comm_->stream);
-    //RS for (const Tensor& t : tensors) cuda::record_stream(t, comm_->stream);
+    for (const Tensor& t : tensors) cuda::record_stream(t, comm_->stream);
     issue(static_cast<cudaStream_t>(comm_->stream.handle()));
     wait_enqueued(what, seq);
     return std::make_shared<NcclWork>(comm_, what, seq, std::move(tensors), options_.blocking_wait_,
