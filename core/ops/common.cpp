@@ -1,6 +1,8 @@
 // Argument checks shared by the op fronts.
 #include <kiln/core/ops/common.h>
 
+#include <kiln/core/cuda/runtime.h>
+
 namespace kiln::ops {
 
 void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
@@ -11,6 +13,23 @@ void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
                " yet (argument ", i, " of shape ", t->shape(), "); move it to the CPU with .to(Device::cpu())");
     ++i;
   }
+}
+
+bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
+  if constexpr (cuda::kBuilt) {
+    bool any = false;
+    for (const Tensor* t : tensors) any = any || (t->defined() && t->device().is_cuda());
+    if (any) {
+      int i = 0;
+      for (const Tensor* t : tensors) {
+        KILN_CHECK(t->defined(), op, ": argument ", i++, " is an undefined tensor");
+        check_same_device(op, **tensors.begin(), *t);
+      }
+      return true;
+    }
+  }
+  check_cpu(op, tensors);
+  return false;
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {

@@ -229,20 +229,6 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, const ConvShapes& s) {
     for (int64_t i = 0; i < wsize; ++i) gw[i] += partial[b * wsize + i];
 }
 
-// Every tensor defined and all on one device; true when that device is CUDA.
-bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const Tensor* first = nullptr;
-  int i = 0;
-  for (const Tensor* t : tensors) {
-    KILN_CHECK(t->defined(), op, ": argument ", i++, " is an undefined tensor");
-    if (first)
-      check_same_device(op, *first, *t);
-    else
-      first = t;
-  }
-  return first && first->device().is_cuda();
-}
-
 // Runs fn.template operator()<T>() with T = double for f64, float for the other floating dtypes.
 template <class F>
 void dispatch_compute(DType ct, F&& fn) {

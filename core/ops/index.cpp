@@ -62,25 +62,6 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_
   return out;
 }
 
-// Whether the op runs on CUDA: then every tensor is defined and on one CUDA device. Otherwise they
-// must all be CPU tensors (check_cpu names the op and the device).
-bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
-  if constexpr (cuda::kBuilt) {
-    bool any = false;
-    for (const Tensor* t : tensors) any = any || (t->defined() && t->device().is_cuda());
-    if (any) {
-      int i = 0;
-      for (const Tensor* t : tensors) {
-        KILN_CHECK(t->defined(), op, ": argument ", i++, " is an undefined tensor");
-        check_same_device(op, **tensors.begin(), *t);
-      }
-      return true;
-    }
-  }
-  check_cpu(op, tensors);
-  return false;
-}
-
 // Throws the CPU's message for a fault a CUDA kernel reported.
 void check_fault(const char* op, const Tensor& index, const cuda::IndexFault& f, int64_t size,
                  const IndexTarget& target) {

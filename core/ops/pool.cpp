@@ -69,20 +69,6 @@ void check_grad_out(const char* op, const Tensor& grad_out, const Shape& expecte
              expected);
 }
 
-// Every tensor defined and all on one device; true when that device is CUDA.
-bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const Tensor* first = nullptr;
-  int i = 0;
-  for (const Tensor* t : tensors) {
-    KILN_CHECK(t->defined(), op, ": argument ", i++, " is an undefined tensor");
-    if (first)
-      check_same_device(op, *first, *t);
-    else
-      first = t;
-  }
-  return first && first->device().is_cuda();
-}
-
 cuda::PoolWindow cuda_window(const Window& w) {
   return {w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.dh, w.dw, w.oh, w.ow};
 }
