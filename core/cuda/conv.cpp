@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <climits>
 #include <map>
 #include <mutex>
@@ -19,19 +18,6 @@
 #include <kiln/core/factory.h>
 
 namespace kiln::cuda {
-
-namespace {
-std::atomic<bool> g_benchmark{false};
-std::atomic<bool> g_deterministic{false};
-std::atomic<bool> g_allow_tf32{true};
-}  // namespace
-
-bool cudnn_benchmark() { return g_benchmark.load(); }
-void set_cudnn_benchmark(bool on) { g_benchmark.store(on); }
-bool cudnn_deterministic() { return g_deterministic.load(); }
-void set_cudnn_deterministic(bool on) { g_deterministic.store(on); }
-bool cudnn_allow_tf32() { return g_allow_tf32.load(); }
-void set_cudnn_allow_tf32(bool on) { g_allow_tf32.store(on); }
 
 namespace {
 
@@ -54,7 +40,7 @@ enum class Direction : int64_t { forward = 0, backward_data = 1, backward_filter
 struct Settings {
   bool benchmark, deterministic, allow_tf32;
 };
-Settings settings() { return {g_benchmark.load(), g_deterministic.load(), g_allow_tf32.load()}; }
+Settings settings() { return {cudnn_benchmark(), cudnn_deterministic(), cudnn_allow_tf32()}; }
 
 // One convolution's sizes: x (n, c, h, w), weight (o, c/groups, kh, kw), y (n, o, oh, ow).
 struct ConvParams {

@@ -1,5 +1,5 @@
-// The cuDNN settings of conv.h in a build without CUDA: kept and read back, so code that sets them
-// builds either way; nothing reads them (there are no CUDA kernels).
+// The cuDNN settings of conv.h (torch.backends.cudnn's benchmark, deterministic, allow_tf32),
+// compiled in both builds so code that sets them builds either way; core/cuda/conv.cpp reads them.
 #include <kiln/core/cuda/conv.h>
 
 #include <atomic>
