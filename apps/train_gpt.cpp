@@ -82,19 +82,19 @@ double evaluate(models::GPT& model, data::TokenLoader& loader, int64_t batches, 
   NoGradGuard no_grad;
   model.eval();
   loader.reset();
-  double sum = 0;
+  Tensor sum = zeros({1}, TensorOptions(DType::f64).device(device));  // on the device: one read at the end
   for (int64_t i = 0; i < batches; ++i) {
     data::TokenBatch b = loader.next();
     AutocastGuard autocast(amp == DType::f32 ? DType::bf16 : amp, amp != DType::f32);
-    sum += model.loss(b.x.to(device), b.y.to(device)).to(DType::f64).item();
+    Tensor loss = model.loss(b.x.to(device, /*non_blocking=*/true), b.y.to(device, /*non_blocking=*/true));
+    ops::add_(sum, loss.detach().to(DType::f64).reshape({1}));
   }
   model.train();
-  double mean = sum / double(batches);
   if (group && group->size() > 1) {
-    Tensor t = from_vector<double>({mean}, {1}).to(group->device());
-    group->allreduce(t)->wait();
-    mean = t.item() / group->size();
+    if (sum.device() != group->device()) sum = sum.to(group->device());
+    group->allreduce(sum)->wait();
   }
+  const double mean = sum.item() / double(batches) / double(group ? group->size() : 1);
   return mean;
 }
 
@@ -190,11 +190,13 @@ int run(Args a) {
   const int accum = static_cast<int>(a.total_batch_tokens / micro_tokens);
 
   data::TokenLoader train_loader(data::TokenLoaderOptions(a.train, a.batch_size, a.seq_len)
-                                     .rank(rank).world_size(world).seed(a.seed).vocab_size(config.vocab_size));
+                                     .rank(rank).world_size(world).seed(a.seed).vocab_size(config.vocab_size)
+                                     .pin_memory(device.is_cuda()));
   std::optional<data::TokenLoader> val_loader;
   if (!a.val.empty())
     val_loader.emplace(data::TokenLoaderOptions(a.val, a.batch_size, a.seq_len)
-                           .rank(rank).world_size(world).shuffle(false).vocab_size(config.vocab_size));
+                           .rank(rank).world_size(world).shuffle(false).vocab_size(config.vocab_size)
+                           .pin_memory(device.is_cuda()));
   const int64_t eval_batches = std::max<int64_t>(1, a.eval_tokens / micro_tokens);
   if (!a.entropy_floor) a.entropy_floor = apps::read_entropy_floor(a.train);
 
@@ -276,7 +278,7 @@ int run(Args a) {
     dist::StepStats s = trainer.step(
         [&](int) {
           data::TokenBatch b = train_loader.next();
-          return model->loss(b.x.to(device), b.y.to(device));
+          return model->loss(b.x.to(device, /*non_blocking=*/true), b.y.to(device, /*non_blocking=*/true));
         },
         dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
     window_seconds += s.seconds;
