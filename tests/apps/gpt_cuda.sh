@@ -39,7 +39,7 @@ PY
 
 "$bin/train_gpt" "${common[@]}" --device cuda --checkpoint-dir "$work/one" --metrics "$work/one.jsonl" >/dev/null
 "$bin/kiln-run" --nproc-per-node 2 --standalone /bin/sh -c \
-  'NCCL_HOSTID=kiln-gpt-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 exec "$0" "$@"' "$bin/train_gpt" \
+  'NCCL_HOSTID=kiln-gpt-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_MNNVL_ENABLE=0 exec "$0" "$@"' "$bin/train_gpt" \
   "${common[@]}" --device cuda --checkpoint-dir "$work/two" --metrics "$work/two.jsonl" \
   | grep "world 2 x B 4 x T 64 x accum 1" >/dev/null
 python3 "$here/jsonl_losses.py" close "$work/one.jsonl" "$work/two.jsonl" \
