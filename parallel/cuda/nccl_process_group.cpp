@@ -108,6 +108,7 @@ class NcclWork final : public Work {
 
   // Polls until the collective finished, the communicator failed or the timeout passed.
   void wait_host() {
+    cuda::note_host_sync();
     auto deadline = Clock::now() + timeout_;
     while (!done_.query()) {
       ncclResult_t err = comm_->async_error();
