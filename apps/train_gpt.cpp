@@ -272,6 +272,10 @@ int run(Args a) {
 
   double window_seconds = 0;
   int64_t window_tokens = 0;
+  // Nothing in the loop reads the device except on log steps (Note [Trainer host reads]): batches
+  // are loaded into pinned memory and go up without waiting, and f16's skipped steps are counted
+  // on the device.
+  Tensor window_skipped;  // f16: steps skipped since the last log line (0-dim f32 on the device)
   while (trainer.global_step() < end_step) {
     const int64_t step = trainer.global_step();
     const bool log = step == first_step || (step + 1) % a.log_every == 0 || step + 1 == end_step;
@@ -283,18 +287,27 @@ int run(Args a) {
         dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
     window_seconds += s.seconds;
     window_tokens += s.items;
+    if (s.found_inf.defined()) window_skipped = window_skipped.defined() ? ops::add(window_skipped, s.found_inf) : s.found_inf;
+    int64_t skipped = 0;
+    if (s.logged && window_skipped.defined()) {
+      skipped = static_cast<int64_t>(window_skipped.item());
+      window_skipped = Tensor();
+    }
     if (s.logged && main_rank) {
       const double tok_s = window_seconds > 0 ? double(window_tokens) / window_seconds : 0;
       const double mfu = tok_s * flops_tok / peak;
       const double eta = elapsed() / double(step + 1 - first_step) * double(end_step - step - 1);
-      std::printf("step %5lld/%lld | loss %.4f%s | lr %.2e | norm %.3f | %.0f tok/s | mfu %.1f%% | eta %s\n",
-                  (long long)(step + 1), (long long)a.steps, s.loss, floor_text, s.lr, s.grad_norm, tok_s, 100 * mfu,
-                  apps::format_duration(eta).c_str());
+      char skipped_text[48] = "";
+      if (skipped > 0) std::snprintf(skipped_text, sizeof skipped_text, " | skipped %lld", (long long)skipped);
+      std::printf("step %5lld/%lld | loss %.4f%s | lr %.2e | norm %.3f%s | %.0f tok/s | mfu %.1f%% | eta %s\n",
+                  (long long)(step + 1), (long long)a.steps, s.loss, floor_text, s.lr, s.grad_norm, skipped_text, tok_s,
+                  100 * mfu, apps::format_duration(eta).c_str());
       std::fflush(stdout);
       train_curve.push_back({step + 1, s.loss});
       json line = {{"type", "train"}, {"step", step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"tokens_per_s", tok_s},
                    {"mfu", mfu}, {"grad_norm", s.grad_norm}, {"elapsed_s", elapsed()}};
-      if (s.skipped) line["skipped"] = true;
+      if (s.skipped) line["skipped"] = true;             // this step's update was skipped (f16 overflow)
+      if (skipped > 0) line["skipped_steps"] = skipped;  // ... and how many were since the last line
       metrics.write_line(line.dump());
       window_seconds = 0, window_tokens = 0;
     }

@@ -128,6 +128,7 @@ class NcclWork final : public Work {
 
   // Polls until the collective finished, the communicator failed or the timeout passed.
   void wait_host() {
+    cuda::note_host_sync();
     auto deadline = Clock::now() + timeout_;
     for (;;) {
       // After an abort (another Work's failure) the communicator is freed, and this collective's
