@@ -154,7 +154,8 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
   app.add_option("--threads", a.threads, "CPU threads per process (0: OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics", a.metrics, "JSONL file: one object per logged step (step, loss, lr, tokens_per_s, "
-                 "mfu, grad_norm, elapsed_s), one per evaluation (val_loss); appended to on --resume");
+                 "mfu, grad_norm, elapsed_s; fp16: skipped, skipped_steps since the last line), one per "
+                 "evaluation (val_loss); appended to on --resume");
   app.add_option("--loss-svg", a.loss_svg, "write an SVG loss curve of this run at the end");
   app.add_option("--entropy-floor", floor_flag, "the data's entropy floor in nats/token, shown next to the loss "
                  "(default: read from floor.txt next to the --train shards, which kiln-make-shards --synthetic writes)");

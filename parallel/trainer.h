@@ -71,6 +71,11 @@ struct StepOptions {
 // a coefficient computed there, the optimizer kernels skip themselves when found_inf is set, and
 // the scaler updates its scale there (Note [GradScaler on CUDA]). On the CPU the same calls run and
 // the reads cost nothing; the values and results are those of the host-read path before.
+// Log steps are also where deferred checks surface: the loss read reports an out-of-range index or
+// target an earlier op recorded on the device (Note [Deferred device checks], core/cuda), and the
+// DDP's bucket order check is read (Note [Deferred order check], reducer.cpp; checkpoints read it
+// too). `seconds` is host time: off log steps step() returns while the GPU still works, and the
+// log step waits for it, so the seconds summed over a log window cover the device's time.
 struct StepStats {
   int64_t step = 0;          // 0-based index of this optimizer step (global_step() before it)
   double loss = 0;           // see Note [Trainer host reads]

@@ -21,11 +21,11 @@
 //   - when check_deferred_faults(true) is called (it waits for all of them).
 // A fault found so throws the op's own error (same message: the value, its position, the valid
 // range), marked as reported late. What the op wrote meanwhile is what the kernel writes for a bad
-// index (zeros for lookups; embedding_backward and cross_entropy leave the bad rows out), so the
-// failing step's results are garbage, as on any error. CheckMode::immediate (KILN_CUDA_CHECKS=
-// immediate, like CUDA_LAUNCH_BLOCKING for kernel errors) reads each record in the op and throws
-// there. In-place accumulations (scatter_add_, index_add_) promise to write nothing on a fault,
-// so they always check before writing (one host sync per call).
+// index (zeros for lookups; embedding_backward and cross_entropy leave the bad rows out; the
+// in-place scatter_add_ and index_add_ write nothing, their adding kernels skip on the device when
+// the check before them found a bad index), so the failing step's results are garbage, as on any
+// error. CheckMode::immediate (KILN_CUDA_CHECKS=immediate, like CUDA_LAUNCH_BLOCKING for kernel
+// errors) reads each record in the op and throws there: one host sync per op.
 
 namespace kiln::cuda {
 

@@ -84,29 +84,6 @@ class FaultFlag {
     return flag_;
   }
 
-  // Copies the flag to the host (waiting for the op's kernels) and, on a fault, the bad value.
-  IndexFault read(const Tensor& index) const {
-    unsigned long long pos = kNoFault;
-    KILN_CUDA_CHECK(cudaMemcpyAsync(&pos, ptr(), sizeof(pos), cudaMemcpyDeviceToHost, stream_));
-    Stream(stream_, flag_.device().index).synchronize();
-    if (pos == kNoFault) return {};
-    IndexFault f;
-    f.position = static_cast<int64_t>(pos);
-    int64_t off = 0, rem = f.position;
-    for (int64_t d = index.dim() - 1; d >= 0; --d) {
-      off += (rem % index.size(d)) * index.stride(d);
-      rem /= index.size(d);
-    }
-    dispatch_index(index.dtype(), "index", [&]<class I>() {
-      I v{};
-      KILN_CUDA_CHECK(cudaMemcpyAsync(&v, static_cast<const I*>(index.data_ptr()) + off, sizeof(I),
-                                      cudaMemcpyDeviceToHost, stream_));
-      Stream(stream_, flag_.device().index).synchronize();
-      f.value = static_cast<int64_t>(v);
-    });
-    return f;
-  }
-
  private:
   Tensor flag_;  // (1,) holding an unsigned long long
   cudaStream_t stream_;
@@ -284,7 +261,8 @@ __global__ void embedding_backward_kernel(T* out, const T* grad, const uint32_t*
 // dim. Each element of self adds its run of src in position order, rounding to T each step.
 template <class T>
 __global__ void index_add_kernel(T* self, const T* src, Strided<3> g, int64_t count, int64_t src_dim_stride,
-                                 const uint32_t* positions, const int64_t* start) {
+                                 const uint32_t* positions, const int64_t* start, const unsigned long long* fault) {
+  if (*fault != kNoFault) return;  // a bad index: nothing is written
   for (int64_t e = first_index(); e < count; e += grid_stride()) {
     int64_t off[3];
     g.offsets(e, off);
@@ -301,7 +279,9 @@ __global__ void index_add_kernel(T* self, const T* src, Strided<3> g, int64_t co
 // [0] self's, [1] src's, [2] index's strides. Fibers write disjoint elements of self.
 template <class T, class I>
 __global__ void scatter_add_fibers_kernel(T* self, const T* src, const I* index, Strided<3> g, int64_t fibers,
-                                          int64_t len, int64_t self_ds, int64_t src_ds, int64_t index_ds) {
+                                          int64_t len, int64_t self_ds, int64_t src_ds, int64_t index_ds,
+                                          const unsigned long long* fault) {
+  if (*fault != kNoFault) return;  // a bad index: nothing is written
   for (int64_t f = first_index(); f < fibers; f += grid_stride()) {
     int64_t off[3];
     g.offsets(f, off);
@@ -338,7 +318,8 @@ __device__ __forceinline__ void atomic_add(T* p, T v) {
 // [2] index's.
 template <class T, class I>
 __global__ void scatter_add_atomic_kernel(T* self, const T* src, const I* index, Strided<3> g, int64_t count,
-                                          int64_t self_ds) {
+                                          int64_t self_ds, const unsigned long long* fault) {
+  if (*fault != kNoFault) return;  // a bad index: nothing is written
   for (int64_t e = first_index(); e < count; e += grid_stride()) {
     int64_t off[3];
     g.offsets(e, off);
@@ -393,48 +374,49 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& o
   return flag.record(index);
 }
 
-IndexFault scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   cudaStream_t s = stream_for(self);
   FaultFlag flag(self.device(), s);
   const int64_t count = index.numel();
   dispatch_index(index.dtype(), "scatter_add_", [&]<class I>() { launch_check<I>(index, self.size(dim), flag, s); });
-  if (IndexFault f = flag.read(index)) return f;  // nothing written yet
-  if (count == 0) return {};
+  if (count == 0) return flag.record(index);
   const int64_t len = index.size(dim), fibers = count / len;
+  // The adding kernels run after the check on the same stream and return at once on a fault.
   dispatch_numeric_device(self.dtype(), "scatter_add_", [&]<class T>() {
     dispatch_index(index.dtype(), "scatter_add_", [&]<class I>() {
       const auto* ip = static_cast<const I*>(index.data_ptr());
       if (len <= kShortFiber || fibers >= kManyFibers) {
         auto g = make_strided<3>(index.shape(), {self.strides(), src.strides(), index.strides()}, dim);
         scatter_add_fibers_kernel<T, I><<<blocks_for(fibers), kThreads, 0, s>>>(
-            ptr<T>(self), ptr<const T>(src), ip, g, fibers, len, self.stride(dim), src.stride(dim), index.stride(dim));
+            ptr<T>(self), ptr<const T>(src), ip, g, fibers, len, self.stride(dim), src.stride(dim), index.stride(dim),
+            flag.ptr());
       } else {
         auto g = make_strided<3>(index.shape(), {zeroed_at(self.strides(), dim), src.strides(), index.strides()});
         scatter_add_atomic_kernel<T, I><<<blocks_for(count), kThreads, 0, s>>>(ptr<T>(self), ptr<const T>(src), ip, g,
-                                                                               count, self.stride(dim));
+                                                                               count, self.stride(dim), flag.ptr());
       }
       KILN_CUDA_CHECK_LAUNCH();
     });
   });
-  return {};
+  return flag.record(index);
 }
 
-IndexFault index_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor index_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   cudaStream_t s = stream_for(self);
   FaultFlag flag(self.device(), s);
   const int64_t size = self.size(dim);
   Keys keys = make_keys("index_add_", index, size, flag, s);
-  if (IndexFault f = flag.read(index)) return f;  // nothing written yet
-  if (index.numel() == 0 || src.numel() == 0) return {};
+  if (index.numel() == 0 || src.numel() == 0) return flag.record(index);
   Runs runs = sort_runs(keys, size, self.device(), s);
   const int64_t count = self.numel();
+  // The adding kernel runs after the check on the same stream and returns at once on a fault.
   dispatch_numeric_device(self.dtype(), "index_add_", [&]<class T>() {
     auto g = make_strided<3>(self.shape(), {self.strides(), zeroed_at(src.strides(), dim), unit_at(self.dim(), dim)});
     index_add_kernel<T><<<blocks_for(count), kThreads, 0, s>>>(ptr<T>(self), ptr<const T>(src), g, count,
-                                                               src.stride(dim), runs.pos(), runs.starts());
+                                                               src.stride(dim), runs.pos(), runs.starts(), flag.ptr());
     KILN_CUDA_CHECK_LAUNCH();
   });
-  return {};
+  return flag.record(index);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids, const Tensor& out) {

@@ -66,13 +66,8 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_
   return out;
 }
 
-// Throws the CPU's message for a fault a CUDA kernel reported.
-void check_fault(const char* op, const Tensor& index, const cuda::IndexFault& f, int64_t size,
-                 const IndexTarget& target) {
-  if (f) throw_bad_index(op, index.shape(), f.position, f.value, size, target);
-}
-
-// The same for a CUDA fault record, now or later (Note [Deferred device checks]).
+// Throws the CPU's message for a fault a CUDA kernel recorded, now or later (Note [Deferred
+// device checks]).
 void report_fault(const char* op, const Tensor& index, const Tensor& record, int64_t size, const IndexTarget& target) {
   if constexpr (cuda::kBuilt)
     cuda::check_fault_record(record, [op, index_shape = index.shape(), size, name = target.name, dim = target.dim,
@@ -214,8 +209,8 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
   if constexpr (cuda::kBuilt) {
     if (gpu) {
       Tensor s = src.storage() == self.storage() ? src.clone() : src;
-      check_fault("scatter_add_", index, cuda::scatter_add_(self, dim, index, s), self.size(dim),
-                  {"self", dim, self.shape()});
+      report_fault("scatter_add_", index, cuda::scatter_add_(self, dim, index, s), self.size(dim),
+                   {"self", dim, self.shape()});
       return self;
     }
   }
@@ -258,8 +253,8 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   if constexpr (cuda::kBuilt) {
     if (gpu) {
       Tensor s = src.storage() == self.storage() ? src.clone() : src;
-      check_fault("index_add_", index, cuda::index_add_(self, dim, index, s), self.size(dim),
-                  {"self", dim, self.shape()});
+      report_fault("index_add_", index, cuda::index_add_(self, dim, index, s), self.size(dim),
+                   {"self", dim, self.shape()});
       return self;
     }
   }

@@ -1,6 +1,7 @@
 // Indexing ops: select rows by index, gather/scatter along a dim, and the embedding lookup with
 // its backward. Index tensors are i64 or i32; every index is bounds-checked (no negative
-// indices) and a bad one is reported with its value, its position and the valid range.
+// indices) and a bad one is reported with its value, its position and the valid range (on CUDA
+// by default at the next blocking read: Note [Deferred device checks], core/cuda/deferred_check.h).
 #pragma once
 
 #include <kiln/core/tensor.h>

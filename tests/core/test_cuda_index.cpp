@@ -265,12 +265,22 @@ TEST_CASE("out-of-range indices on the GPU give the CPU's message, and in-place 
     gi.select(0, 1).select(0, 0).fill_(-3);
     CHECK_ERROR_CONTAINS(reported([&] { ops::gather(x, 0, gi.to(Device::cuda())); }), "gather", "index -3",
                          "position [1, 0]", "[0, 5)", when);
-    // In-place accumulations check before writing, in both modes (never "late").
+    // In-place accumulations write nothing when an index is bad, in both modes (their adding
+    // kernels skip on the device); the short-fiber, the atomic and the sorted paths.
     Tensor self = zeros({5, 3}).to(Device::cuda());
-    CHECK_ERROR_CONTAINS(ops::scatter_add_(self, 1, gi.to(Device::cuda()), x), "scatter_add_", "index -3", "[0, 3)");
+    CHECK_ERROR_CONTAINS(reported([&] { ops::scatter_add_(self, 1, gi.to(Device::cuda()), x); }), "scatter_add_",
+                         "index -3", "[0, 3)", when);
     CHECK(test::values(self) == std::vector<double>(15, 0.0));
-    CHECK_ERROR_CONTAINS(ops::index_add_(self, 0, cuda_i64({2, 5}, {2}), zeros({2, 3}).to(Device::cuda())),
-                         "index_add_", "index 5", "position [1]", "[0, 5)");
+    Tensor long_self = zeros({4, 1000}).to(Device::cuda());
+    Tensor long_index = zeros({1, 1000}, DType::i64);
+    long_index.select(1, 700).fill_(1000);  // fibers of 1000 along dim 1, only one: the atomic path
+    CHECK_ERROR_CONTAINS(
+        reported([&] { ops::scatter_add_(long_self, 1, long_index.to(Device::cuda()), ones({1, 1000}).to(Device::cuda())); }),
+        "scatter_add_", "index 1000", "position [0, 700]", when);
+    CHECK(test::values(long_self) == std::vector<double>(4000, 0.0));
+    CHECK_ERROR_CONTAINS(
+        reported([&] { ops::index_add_(self, 0, cuda_i64({2, 5}, {2}), zeros({2, 3}).to(Device::cuda())); }),
+        "index_add_", "index 5", "position [1]", "[0, 5)", when);
     CHECK(test::values(self) == std::vector<double>(15, 0.0));
     Tensor w = zeros({10, 4}).to(Device::cuda());
     CHECK_ERROR_CONTAINS(reported([&] { ops::embedding(w, cuda_i64({1, 2, 10, 3}, {2, 2})); }), "embedding",

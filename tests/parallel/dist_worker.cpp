@@ -334,6 +334,66 @@ bool collectives(const std::shared_ptr<ProcessGroup>& pg) {
   return ok;
 }
 
+// Three Linear(4, 4): with 80-byte buckets, three buckets of the same size (20 gradients and the
+// same tail), so a collective issued out of turn pairs with a bucket of its own size.
+struct Square : nn::Module {
+  Square() {
+    Generator g(5);
+    for (const char* name : {"fc1", "fc2", "fc3"})
+      fc.push_back(register_module(name, std::make_shared<nn::Linear>(nn::LinearOptions(4, 4).generator(g))));
+  }
+  Tensor forward(const Tensor& x) { return fc[2]->forward(relu(fc[1]->forward(relu(fc[0]->forward(x))))); }
+  std::vector<std::shared_ptr<nn::Linear>> fc;
+};
+
+// Note [Deferred order check] end to end. Four clean synced iterations report nothing (on CUDA the
+// first two are read on the host and the others compared on the device; on the CPU, where the
+// default reads every iteration, the deferred mode is asked for). Then rank 1 issues one all-reduce
+// too many before backward and rank 0 one after it: the counts match, so nothing hangs and backward
+// ends without an error, and check_collective_order() reports the mismatch on every rank.
+bool order_check(const std::shared_ptr<ProcessGroup>& pg) {
+  const bool cuda = g_device.is_cuda();
+  auto net = on_device(std::make_shared<Square>());
+  auto opts = DDPOptions().first_bucket_cap_mb(80.0 / (1 << 20)).bucket_cap_mb(80.0 / (1 << 20))
+                  .order_check(cuda ? OrderCheck::automatic : OrderCheck::deferred);
+  DistributedDataParallel ddp(net, pg, opts);
+  bool ok = ddp.reducer().bucket_count() == 3;
+  auto iteration = [&](int i) {
+    Generator g(300 + i);
+    Tensor x = randn({2, 4}, g).to(g_device);
+    mse_loss(ddp.forward<Square>(x), zeros({2, 4}).to(g_device)).backward();
+    ddp.finish_gradient_synchronization();
+  };
+  for (int i = 0; i < 4; ++i) iteration(i);
+  const int64_t deferred = ddp.reducer().order_checks_deferred(), host = ddp.reducer().order_checks_on_host();
+  ok = ok && deferred == (cuda ? 2 : 4) && host == (cuda ? 2 : 0);
+  std::printf("rank %d: clean iterations: %lld read on the host, %lld compared on the device\n", pg->rank(),
+              (long long)host, (long long)deferred);
+  try {
+    ddp.check_collective_order();
+  } catch (const Error& e) {
+    std::printf("FAIL: rank %d: a clean run reported %s\n", pg->rank(), e.what());
+    ok = false;
+  }
+  Tensor extra = full({ddp.reducer().buckets()[0].flat.numel()}, 7.0, TensorOptions(DType::f32).device(g_device));
+  if (pg->rank() == 1) pg->allreduce(extra)->wait();
+  iteration(4);  // every bucket meets the wrong partner; nothing is read yet
+  if (pg->rank() == 0) pg->allreduce(extra)->wait();
+  std::string message;
+  try {
+    ddp.check_collective_order();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const bool found = message.find("collective order mismatch") != std::string::npos &&
+                     message.find("of iteration 5") != std::string::npos &&
+                     message.find("deferred check") != std::string::npos;
+  std::printf("rank %d: %s: %s\n", pg->rank(), found ? "the deferred check reported" : "FAIL: expected a mismatch",
+              message.c_str());
+  pg->barrier()->wait();  // the group itself is fine: every collective had a partner
+  return ok && found;
+}
+
 const std::map<std::string, std::function<bool(const std::shared_ptr<ProcessGroup>&)>> kScenarios = {
     {"collectives", collectives},
     {"equivalence", [](const auto& pg) { return train_and_compare(pg, TrainerOptions().ddp(small_buckets()), 5); }},
@@ -342,6 +402,7 @@ const std::map<std::string, std::function<bool(const std::shared_ptr<ProcessGrou
     {"mismatch", mismatch},
     {"batchnorm", batchnorm},
     {"kill", kill},
+    {"order_check", order_check},
 };
 
 }  // namespace

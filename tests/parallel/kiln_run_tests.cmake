@@ -20,7 +20,7 @@ target_link_libraries(dist_worker PRIVATE kiln::kiln)
 set(_dist_tests parallel_dist_equivalence_3)
 add_test(NAME parallel_dist_equivalence_3
          COMMAND kiln-run --nproc-per-node 3 --standalone $<TARGET_FILE:dist_worker> equivalence)
-foreach(_scenario equivalence accumulate bucket_view mismatch batchnorm)
+foreach(_scenario equivalence accumulate bucket_view mismatch batchnorm order_check)
   add_test(NAME parallel_dist_${_scenario}
            COMMAND kiln-run --nproc-per-node 2 --standalone $<TARGET_FILE:dist_worker> ${_scenario})
   list(APPEND _dist_tests parallel_dist_${_scenario})
@@ -37,7 +37,7 @@ set_tests_properties(${_dist_tests} PROPERTIES LABELS "${_kiln_run_labels}" TIME
 # as its own host (KILN_TEST_ONE_GPU=1, see dist_worker.cpp). Skipped (exit 77) without a GPU.
 if(KILN_WITH_CUDA)
   set(_nccl_tests "")
-  foreach(_scenario collectives equivalence accumulate bucket_view batchnorm)
+  foreach(_scenario collectives equivalence accumulate bucket_view batchnorm order_check)
     add_test(NAME parallel_cuda_nccl_${_scenario}
              COMMAND /bin/sh -c "\"$0\" --probe-cuda >/dev/null || exit 77; KILN_TEST_ONE_GPU=1 exec \"$1\" \
 --nproc-per-node 2 --standalone \"$0\" ${_scenario} --device cuda"
