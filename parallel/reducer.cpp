@@ -28,6 +28,16 @@ namespace kiln::dist {
 // this rank used it), so after the sum a zero means no rank did. A comm hook sees only the
 // gradients, so with one the tail travels in a separate small f64 all-reduce launched just
 // before the hook's collectives.
+//
+// Note [One rank]
+// On a group of one rank the default all-reduce (a sum) leaves every bucket as it was, so finalize
+// skips what could not change a value: the division by the world size (x * 1.0 == x), and, in
+// copy mode, the copy back into .grad when finalize runs from the last gradient's hook, since
+// every .grad then still holds exactly what was copied into its slice earlier in the same backward.
+// When finish() finalizes instead (some parameter got no gradient), user code may have run since
+// backward, so the copy back happens as on several ranks. Everything else is unchanged: buckets
+// are filled, the collectives are issued (one per bucket, order-checked), views are installed.
+// With a comm hook nothing is skipped: a hook may change values on one rank too (compression).
 namespace {
 
 constexpr int64_t kCodes = 3;  // iteration, bucket, sequence number
@@ -179,7 +189,7 @@ void Reducer::on_grad_ready(size_t i) {
   }
   if (rebuild_pending_) arrival_.push_back(i);
   mark_ready(i);
-  if (num_ready_ == params_.size()) finalize();
+  if (num_ready_ == params_.size()) finalize(/*from_hook=*/true);
 }
 
 void Reducer::start_iteration() {
@@ -257,9 +267,10 @@ void Reducer::check_order(size_t b, const Tensor& tail) const {
   }
 }
 
-void Reducer::finalize() {
+void Reducer::finalize(bool from_hook) {
   NoGradGuard no_grad;
   const double inv = 1.0 / group_->size();
+  const bool one_rank = group_->size() == 1 && !comm_hook_;  // Note [One rank]
   std::string error;
   // Wait for every bucket even after an error, so nothing still writes into them.
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -270,11 +281,11 @@ void Reducer::finalize() {
       Tensor tail = comm_hook_ ? side_[b] : bucket.flat.narrow(0, bucket.numel, tail_size(b));
       if (error.empty()) {
         check_order(b, tail);
-        if (!comm_hook_) {
+        if (!comm_hook_ && !one_rank) {
           Tensor grads = bucket.grads();
           ops::mul_(grads, inv);
         }
-        copy_back(b, tail);
+        copy_back(b, tail, /*grads_current=*/one_rank && from_hook);
       }
     } catch (const std::exception& e) {
       if (error.empty()) error = e.what();
@@ -289,7 +300,7 @@ void Reducer::finalize() {
   if (rebuild_pending_) rebuild_in_arrival_order();
 }
 
-void Reducer::copy_back(size_t b, const Tensor& tail) {
+void Reducer::copy_back(size_t b, const Tensor& tail, bool grads_current) {
   const Bucket& bucket = buckets_[b];
   std::vector<double> used_by_any;
   if (options_.find_unused_parameters_)
@@ -302,6 +313,7 @@ void Reducer::copy_back(size_t b, const Tensor& tail) {
       install_view(i, false);  // a locally unused parameter may have no view yet
       continue;
     }
+    if (grads_current) continue;  // Note [One rank]
     Tensor g = params_[i].grad();
     Tensor s = bucket.slice(k, params_[i].shape());
     if (g.defined())
@@ -342,7 +354,7 @@ void Reducer::finish() {
       s.copy_(params_[i].grad());
     mark_ready(i);
   }
-  finalize();
+  finalize(/*from_hook=*/false);
 }
 
 void Reducer::rebuild_in_arrival_order() {

@@ -81,9 +81,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void start_iteration();
   void mark_ready(size_t i);
   void launch(size_t b);
-  void finalize();
+  void finalize(bool from_hook);
   void check_order(size_t b, const Tensor& tail) const;
-  void copy_back(size_t b, const Tensor& tail);
+  void copy_back(size_t b, const Tensor& tail, bool grads_current);
   void rebuild_in_arrival_order();
   void wait_launched_quietly() noexcept;
   int64_t tail_size(size_t b) const;
