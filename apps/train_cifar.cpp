@@ -241,12 +241,14 @@ int run(const Args& a) {
     // augmented the same way whatever the world size.
     data::DataLoader loader(interleave_micro_batches(sampler.indices(), per_rank, a.grad_accum),
                             data::cifar10_batches(train, data::AugmentOptions().seed(a.seed), epoch, /*rank=*/0),
-                            data::DataLoaderOptions(per_rank).num_workers(a.workers).drop_last(true));
+                            data::DataLoaderOptions(per_rank).num_workers(a.workers).drop_last(true)
+                                .pin_memory(device.is_cuda()).device(device));
     const auto epoch_start = std::chrono::steady_clock::now();
     Tensor loss_sum = zeros({}, TensorOptions().dtype(DType::f64).device(device));
     double last_loss = NAN;
     while (auto batch = loader.next()) {
-      Tensor x = batch->inputs.to(device), y = batch->targets.to(device);
+      const Tensor& x = batch->inputs;  // on `device` already (uploaded by the loader)
+      const Tensor& y = batch->targets;
       dist::StepStats stats = trainer.step(
           [&](int m) { return cross_entropy(model->forward(x.slice(0, m * micro, (m + 1) * micro)),
                                             y.slice(0, m * micro, (m + 1) * micro), ce); },
@@ -267,7 +269,7 @@ int run(const Args& a) {
       }
     }
     const double train_seconds = seconds_since(epoch_start);
-    Tensor mean_loss = ops::div(loss_sum, double(steps_per_epoch)).to(Device::cpu());
+    Tensor mean_loss = ops::div(loss_sum, double(steps_per_epoch));  // on `device`, the group's device
     if (group && world > 1) group->allreduce(mean_loss, dist::AllreduceOptions().op(dist::ReduceOp::avg))->wait();
     if (trainer.ddp()) trainer.ddp()->prepare_forward();  // rank 0's BatchNorm buffers everywhere
     apps::EvalCounts counts = apps::evaluate(*model, test_set, group.get(), a.eval_batch_size, amp, device);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kiln/autograd/autocast.h>
+#include <kiln/autograd/checkpoint.h>
 #include <kiln/autograd/engine.h>
 #include <kiln/autograd/grad_mode.h>
 #include <kiln/autograd/gradcheck.h>

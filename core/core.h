@@ -12,6 +12,7 @@
 #include <kiln/core/shape.h>
 #include <kiln/core/tensor.h>
 #include <kiln/core/cuda/allocator.h>
+#include <kiln/core/cuda/deferred_check.h>
 #include <kiln/core/cuda/gemm.h>
 #include <kiln/core/cuda/runtime.h>
 #include <kiln/core/cuda/stream.h>

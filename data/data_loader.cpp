@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/core/factory.h>
 
 namespace kiln::data {
@@ -16,6 +17,9 @@ DataLoader::DataLoader(std::vector<int64_t> indices, BatchFn make_batch, const D
   KILN_CHECK(options_.batch_size_ >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size_);
   KILN_CHECK(options_.num_workers_ >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers_);
   KILN_CHECK(options_.prefetch_ >= 1, "DataLoader: prefetch must be >= 1, got ", options_.prefetch_);
+  KILN_CHECK(!(options_.pin_memory_ || options_.device_.is_cuda()) || cuda::device_count() > 0, "DataLoader: ",
+             options_.pin_memory_ ? "pin_memory" : "a CUDA device", " needs a usable CUDA device, but ",
+             cuda::build_info(), " and no CUDA device is available");
   const auto n = static_cast<int64_t>(indices_.size());
   num_batches_ = options_.drop_last_ ? n / options_.batch_size_ : (n + options_.batch_size_ - 1) / options_.batch_size_;
   const int64_t threads = std::min(options_.num_workers_, num_batches_);
@@ -51,6 +55,10 @@ DataLoader::Slot DataLoader::build(int64_t b) const {
   Slot slot;
   try {
     Batch batch = make_batch_(part);
+    if (options_.pin_memory_) {
+      batch.inputs = batch.inputs.pin_memory();
+      batch.targets = batch.targets.pin_memory();
+    }
     batch.index = b;
     batch.indices.assign(part.begin(), part.end());
     slot.batch = std::move(batch);
@@ -106,6 +114,12 @@ std::optional<Batch> DataLoader::next() {
   }
   ++next_out_;
   cv_.notify_all();  // a window slot is free
+  lock.unlock();
+  Batch& batch = *slot.batch;
+  if (!options_.device_.is_cpu()) {
+    batch.inputs = batch.inputs.to(options_.device_, /*non_blocking=*/true);
+    batch.targets = batch.targets.to(options_.device_, /*non_blocking=*/true);
+  }
   return std::move(slot.batch);
 }
 

@@ -1,6 +1,8 @@
 // DataLoader: worker threads turn slices of an index list into batches (gather + augment +
-// normalize) ahead of the consumer, in a bounded queue, and hand them out in order. Batches are
-// host (CPU) tensors; pinned host buffers and async copies to the GPU arrive with the CUDA backend.
+// normalize) ahead of the consumer, in a bounded queue, and hand them out in order. With
+// pin_memory the workers also copy each batch into page-locked host memory, and with a CUDA
+// device next() uploads it asynchronously, so the GPU's queue never waits on decoding or on a
+// pageable copy (torch's DataLoader(pin_memory=True) plus .to(device, non_blocking=True)).
 #pragma once
 
 #include <condition_variable>
@@ -37,12 +39,16 @@ struct DataLoaderOptions {
   int64_t num_workers_ = 2;  // 0: batches are built on the consumer's thread inside next()
   int64_t prefetch_ = 4;     // batches built ahead of the consumer at most (the queue's bound)
   bool drop_last_ = false;   // drop a final batch smaller than batch_size
+  bool pin_memory_ = false;  // workers copy batches into page-locked memory (CUDA builds with a GPU)
+  Device device_ = Device::cpu();  // next() returns batches on this device (non-blocking if pinned)
 
   explicit DataLoaderOptions(int64_t batch_size = 512) : batch_size_(batch_size) {}
   DataLoaderOptions& batch_size(int64_t b) { batch_size_ = b; return *this; }
   DataLoaderOptions& num_workers(int64_t n) { num_workers_ = n; return *this; }
   DataLoaderOptions& prefetch(int64_t n) { prefetch_ = n; return *this; }
   DataLoaderOptions& drop_last(bool d) { drop_last_ = d; return *this; }
+  DataLoaderOptions& pin_memory(bool p) { pin_memory_ = p; return *this; }
+  DataLoaderOptions& device(Device d) { device_ = d; return *this; }
 };
 
 // Note [DataLoader ordering]
@@ -61,7 +67,9 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // The next batch in order, or nullopt after the last.
+  // The next batch in order, or nullopt after the last. With options.device a CUDA device, its
+  // tensors are uploaded there on the calling thread's current stream (non-blocking when pinned:
+  // the host block is kept until the copy is done, and later work on that stream sees the data).
   std::optional<Batch> next();
 
   int64_t num_batches() const { return num_batches_; }

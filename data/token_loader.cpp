@@ -95,7 +95,8 @@ TokenBatch TokenLoader::next() {
     position_ = 0;
   }
   const int64_t B = options_.batch_size(), T = options_.seq_len(), vocab = options_.vocab_size();
-  Tensor x = empty({B, T}, DType::i64), y = empty({B, T}, DType::i64);
+  const TensorOptions host = TensorOptions(DType::i64).pinned_memory(options_.pin_memory());
+  Tensor x = empty({B, T}, host), y = empty({B, T}, host);
   int64_t* px = x.data<int64_t>();  // (B, T)
   int64_t* py = y.data<int64_t>();  // (B, T)
   const int64_t first = position_ + int64_t(options_.rank()) * B;

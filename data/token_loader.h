@@ -26,6 +26,9 @@ struct TokenLoaderOptions {
   TokenLoaderOptions& seed(uint64_t v) { seed_ = v; return *this; }
   TokenLoaderOptions& shuffle(bool v) { shuffle_ = v; return *this; }  // false: validation order
   TokenLoaderOptions& vocab_size(int64_t v) { vocab_size_ = v; return *this; }  // 0: unchecked
+  // Batches in page-locked host memory (CUDA builds), so x.to(cuda, /*non_blocking=*/true) is an
+  // asynchronous upload that does not wait for the GPU's queued work (a pageable copy does).
+  TokenLoaderOptions& pin_memory(bool v) { pin_memory_ = v; return *this; }
   const std::string& pattern() const { return pattern_; }
   int64_t batch_size() const { return batch_size_; }
   int64_t seq_len() const { return seq_len_; }
@@ -34,6 +37,7 @@ struct TokenLoaderOptions {
   uint64_t seed() const { return seed_; }
   bool shuffle() const { return shuffle_; }
   int64_t vocab_size() const { return vocab_size_; }
+  bool pin_memory() const { return pin_memory_; }
 
  private:
   std::string pattern_;  // a glob; the matching files are read in sorted order
@@ -44,6 +48,7 @@ struct TokenLoaderOptions {
   uint64_t seed_ = 0;
   bool shuffle_ = true;
   int64_t vocab_size_ = 0;
+  bool pin_memory_ = false;
 };
 
 struct TokenBatch {

@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include <kiln/autograd/checkpoint.h>
+#include <kiln/autograd/grad_mode.h>
 #include <kiln/autograd/ops/ops.h>
 #include <kiln/core/factory.h>
 #include <kiln/nn/init.h>
@@ -141,7 +143,9 @@ GPTBlock& GPTTransformer::block(size_t i) const { return *h->at<GPTBlock>(i); }
 // ---- GPT ----
 
 GPT::GPT(const GPTOptions& options)
-    : config_(options.config_), dropout_gen_(std::make_unique<Generator>(options.seed_ ^ 0xD80D80D80ull)) {
+    : config_(options.config_),
+      dropout_gen_(std::make_unique<Generator>(options.seed_ ^ 0xD80D80D80ull)),
+      recompute_(options.recompute_) {
   config_.validate();
   // The layers' own default init is drawn from a scratch generator (never the process default)
   // and then overwritten by reset_parameters.
@@ -185,7 +189,15 @@ Tensor GPT::forward(const Tensor& idx) {
   Tensor pos = arange(double(t), TensorOptions(DType::i64).device(idx.device()));  // (T)
   Tensor x = transformer->wte->forward(idx) + transformer->wpe->forward(pos);      // (B, T, C)
   x = dropout(x, config_.dropout, is_training() && config_.dropout > 0.0, *dropout_gen_);
-  for (const auto& block : *transformer->h) x = static_cast<GPTBlock&>(*block).forward(x);
+  for (const auto& module : *transformer->h) {
+    GPTBlock* block = static_cast<GPTBlock*>(module.get());
+    if (recompute_ && grad_mode_enabled()) {
+      // The block lives as long as the model, which must outlive the backward pass.
+      x = autograd::checkpoint([block](const Tensor& in) { return block->forward(in); }, x, {dropout_gen_.get()});
+    } else {
+      x = block->forward(x);
+    }
+  }
   x = transformer->ln_f->forward(x);
   return linear(x, transformer->wte->weight);  // (B, T, padded_vocab_size), Note [Tied LM head]
 }

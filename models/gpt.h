@@ -53,10 +53,12 @@ struct GPTOptions {
   GPTConfig config_;
   uint64_t seed_ = 1337;            // init draws (without a generator) and dropout masks
   Generator* generator_ = nullptr;  // init draws from here when set
+  bool recompute_ = false;          // activation checkpointing per block, see GPT::set_recompute
 
   explicit GPTOptions(GPTConfig config) : config_(config) {}
   GPTOptions& seed(uint64_t s) { seed_ = s; return *this; }
   GPTOptions& generator(Generator& g) { generator_ = &g; return *this; }
+  GPTOptions& recompute(bool on) { recompute_ = on; return *this; }
 };
 
 // The building blocks take the generator their dropouts draw masks from and one for the
@@ -151,6 +153,13 @@ class GPT : public nn::Module {
   // Masks for every dropout in the model come from here (seeded by options.seed).
   Generator& dropout_generator() { return *dropout_gen_; }
 
+  // Activation checkpointing: with recording on, each block runs under autograd::checkpoint, so
+  // the graph keeps only every block's (B, T, C) input and backward re-runs the block (about a
+  // third more compute for a fraction of the activation memory). Gradients, dropout masks and
+  // losses are the same as without it (Note [Checkpoint recompute]).
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
+
   std::string name() const override { return "GPT"; }
   std::string extra_repr() const override;
 
@@ -159,6 +168,7 @@ class GPT : public nn::Module {
  private:
   GPTConfig config_;
   std::unique_ptr<Generator> dropout_gen_;  // stable address: the blocks hold a pointer
+  bool recompute_ = false;
 };
 
 // "124.48M", "1.32B", "842.50K", "12".

@@ -106,7 +106,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                                  .bucket_cap_bytes(mib_to_bytes(options_.bucket_cap_mb_))
                                  .gradient_as_bucket_view(options_.gradient_as_bucket_view_)
                                  .find_unused_parameters(options_.find_unused_parameters_)
-                                 .rebuild_buckets(!options_.static_graph_));
+                                 .rebuild_buckets(!options_.static_graph_)
+                                 .order_check(options_.order_check_));
 }
 
 // All-gather (count, fingerprint); only on a mismatch are the full descriptions exchanged (lengths,

@@ -20,12 +20,14 @@ struct DDPOptions {
   bool find_unused_parameters_ = false;   // parameters without a gradient count as zero
   bool broadcast_buffers_ = true;         // rank 0's buffers (BatchNorm stats) before each forward
   bool static_graph_ = false;  // the gradient order never changes: keep the initial buckets
+  OrderCheck order_check_ = OrderCheck::automatic;  // Note [Deferred order check] (reducer.cpp)
   DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
   DDPOptions& first_bucket_cap_mb(double v) { first_bucket_cap_mb_ = v; return *this; }
   DDPOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
   DDPOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
   DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
   DDPOptions& static_graph(bool v) { static_graph_ = v; return *this; }
+  DDPOptions& order_check(OrderCheck v) { order_check_ = v; return *this; }
 };
 
 // Usage, per rank (a torch user's `ddp(x)` is `ddp.forward<Net>(x)`):
@@ -69,6 +71,11 @@ class DistributedDataParallel {
   // Completes gradient averaging for the backward just run: a no-op when the last parameter's hook
   // already did, or under no_sync. Call it after backward and before the optimizer step.
   void finish_gradient_synchronization() { reducer_->finish(); }
+
+  // Reports a collective order mismatch that the bucket order check found on the device in an
+  // earlier iteration (one host read when such checks are pending; see Note [Deferred order check]
+  // in reducer.cpp). Not collective; the Trainer calls it on log steps and before checkpoints.
+  void check_collective_order() { reducer_->check_collective_order(); }
 
   // Gradient accumulation: while off (or inside a no_sync() guard) backward only accumulates into
   // .grad; the next backward with sync on reduces the sum, one all-reduce per bucket.

@@ -3,14 +3,19 @@
 // Note [Bucket views], Note [When gradients are final] and Note [Bucket order check].
 #include <kiln/parallel/reducer.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include <kiln/autograd/grad_mode.h>
 #include <kiln/autograd/meta.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
+#include <kiln/core/ops/join.h>
+#include <kiln/core/ops/reduce.h>
 
 namespace kiln::dist {
 
@@ -28,6 +33,27 @@ namespace kiln::dist {
 // this rank used it), so after the sum a zero means no rank did. A comm hook sees only the
 // gradients, so with one the tail travels in a separate small f64 all-reduce launched just
 // before the hook's collectives.
+//
+// Note [Deferred order check]
+// Reading the tails on the host at the end of backward would synchronize a CUDA device every step
+// (the host then cannot queue the optimizer step and the next forward while the GPU finishes). So
+// the tails are read (all buckets in one copy) only when it is free or needed, and otherwise
+// compared on the device:
+//   - read, every iteration: on the CPU; with find_unused_parameters (the host needs the counters,
+//     as torch's reducer copies its local_used_map to the host); with OrderCheck::every_iteration
+//     or KILN_DISTRIBUTED_DEBUG (or TORCH_DISTRIBUTED_DEBUG) set to INFO or DETAIL;
+//   - read, on CUDA by default (OrderCheck::automatic): the first two synced iterations, i.e. the
+//     first with the initial buckets and the first with the buckets rebuilt in arrival order, which
+//     is where ranks that run different models or control flow part ways (torch checks its
+//     parameters and buckets at the start, and every collective only under
+//     TORCH_DISTRIBUTED_DEBUG=DETAIL);
+//   - otherwise compared on the device: a few small kernels per iteration compare every rank's
+//     slots with this rank's codes, count the slots that differ, and keep the codes of the first
+//     iteration that had a difference. check_collective_order() reads the count (one host read) and
+//     fails with the same message as the immediate check, naming that iteration. The Trainer calls
+//     it on log steps (which read the loss anyway) and before each checkpoint, the reducer before
+//     it rebuilds its buckets, and the destructor logs a difference it finds. So every iteration
+//     is still checked, but a mismatch is reported at the next of those points, not at once.
 //
 // Note [One rank]
 // On a group of one rank the default all-reduce (a sum) leaves every bucket as it was, so finalize
@@ -49,6 +75,55 @@ double code_modulus(DType dtype) {
     case DType::f32: return 16777216.0;
     default: return 4503599627370496.0;  // 2^52
   }
+}
+
+// KILN_DISTRIBUTED_DEBUG (else TORCH_DISTRIBUTED_DEBUG) is INFO or DETAIL.
+bool distributed_debug() {
+  for (const char* name : {"KILN_DISTRIBUTED_DEBUG", "TORCH_DISTRIBUTED_DEBUG"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    std::string level(v);
+    std::transform(level.begin(), level.end(), level.begin(), [](unsigned char c) { return std::toupper(c); });
+    return level == "INFO" || level == "DETAIL";
+  }
+  return false;
+}
+
+// The order-check failure for bucket `b` as this rank reduced it (iteration, sequence number, the
+// dtype's code modulus m), given the 3 * size code slots after the sum; "" when every rank's slots
+// hold this rank's codes.
+std::string order_mismatch(const double* got, int rank, int size, size_t b, int64_t iteration, uint64_t sequence,
+                           double m) {
+  const double mine[kCodes] = {std::fmod(double(iteration), m), std::fmod(double(b), m), std::fmod(double(sequence), m)};
+  // The other ranks first: their slots say what they reduced. Our own slot can only differ when
+  // someone contributed a tensor that is not a bucket (its "zeros" were data).
+  for (int k = 1; k <= size; ++k) {
+    int r = (rank + k) % size;
+    const double* theirs = &got[size_t(r) * kCodes];
+    if (theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2]) continue;
+    std::ostringstream os;
+    os << "DistributedDataParallel: collective order mismatch (Note [Bucket order check]): rank " << rank
+       << " all-reduced bucket " << b << " of iteration " << iteration << " as collective sequence number "
+       << sequence << ", but ";
+    if (r != rank)
+      os << "rank " << r << " contributed bucket " << theirs[1] << " of iteration " << theirs[0]
+         << " at sequence number " << theirs[2];
+    else
+      os << "another rank contributed a tensor that is not a DDP bucket (this rank's own check slot reads bucket "
+         << theirs[1] << " of iteration " << theirs[0] << ")";
+    if (m < 1e9) os << " (codes modulo " << m << ")";
+    os << "; every rank must issue the same collectives in the same order (an extra or missing all-reduce, "
+          "barrier or broadcast on one rank, or a different model or control flow)";
+    return os.str();
+  }
+  return "";
+}
+
+// `values` as a CPU f64 tensor to copy from, in pinned memory when it goes to a CUDA device (so
+// the copy does not wait).
+Tensor host_values(const std::vector<double>& values, Device device) {
+  Tensor h = from_vector(values, {int64_t(values.size())});
+  return device.is_cuda() ? h.pin_memory() : h;
 }
 
 std::string join_names(const std::vector<std::string>& names, size_t limit = 10) {
@@ -87,9 +162,18 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   ready_.assign(params_.size(), false);
   used_.assign(params_.size(), false);
   rebuild_pending_ = options_.rebuild_buckets_;
+  debug_ = distributed_debug();
 }
 
-Reducer::~Reducer() { wait_launched_quietly(); }
+Reducer::~Reducer() {
+  wait_launched_quietly();
+  if (pending_checks_ == 0 || !failure_.empty()) return;
+  try {
+    check_collective_order();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: %s\n", e.what());
+  }
+}
 
 void Reducer::install_hooks() {
   std::weak_ptr<Reducer> weak = weak_from_this();
@@ -212,19 +296,23 @@ void Reducer::mark_ready(size_t i) {
 
 void Reducer::launch(size_t b) {
   Bucket& bucket = buckets_[b];
-  int rank = group_->rank();
-  bool hooked = static_cast<bool>(comm_hook_);
-  Tensor tail = hooked ? zeros({tail_size(b)}, TensorOptions(DType::f64).device(bucket.flat.device()))
-                       : bucket.flat.narrow(0, bucket.numel, tail_size(b));
+  const int rank = group_->rank();
+  const bool hooked = static_cast<bool>(comm_hook_);
   NoGradGuard no_grad;
-  tail.zero_();
+  Tensor tail = hooked ? empty({tail_size(b)}, TensorOptions(DType::f64).device(bucket.flat.device()))
+                       : bucket.flat.narrow(0, bucket.numel, tail_size(b));
   sequence_[b] = group_->sequence_number();
-  double m = code_modulus(tail.dtype());
-  std::vector<double> codes{std::fmod(double(iteration_), m), std::fmod(double(b), m), std::fmod(double(sequence_[b]), m)};
-  for (int64_t k = 0; k < kCodes; ++k) tail.narrow(0, rank * kCodes + k, 1).fill_(codes[k]);
+  // Note [Bucket order check]: this rank's codes in its own slots, zeros elsewhere, then the used
+  // counters; one copy from the host (asynchronous on CUDA).
+  const double m = code_modulus(tail.dtype());
+  std::vector<double> values(size_t(tail_size(b)), 0.0);
+  values[size_t(rank) * kCodes + 0] = std::fmod(double(iteration_), m);
+  values[size_t(rank) * kCodes + 1] = std::fmod(double(b), m);
+  values[size_t(rank) * kCodes + 2] = std::fmod(double(sequence_[b]), m);
   if (options_.find_unused_parameters_)
     for (size_t k = 0; k < bucket.params.size(); ++k)
-      tail.narrow(0, kCodes * group_->size() + int64_t(k), 1).fill_(used_[bucket.params[k]] ? 1.0 : 0.0);
+      values[size_t(kCodes * group_->size()) + k] = used_[bucket.params[k]] ? 1.0 : 0.0;
+  tail.copy_(host_values(values, tail.device()), /*non_blocking=*/true);
   if (hooked) {
     side_[b] = tail;
     side_works_[b] = group_->allreduce(side_[b], AllreduceOptions().op(ReduceOp::sum));
@@ -238,77 +326,175 @@ void Reducer::launch(size_t b) {
   ++launched_total_;
 }
 
-void Reducer::check_order(size_t b, const Tensor& tail) const {
-  std::vector<double> got = tail.narrow(0, 0, kCodes * group_->size()).to_vector<double>();
-  const int rank = group_->rank(), size = group_->size();
-  double m = code_modulus(tail.dtype());
-  const double mine[kCodes] = {std::fmod(double(iteration_), m), std::fmod(double(b), m),
-                               std::fmod(double(sequence_[b]), m)};
-  // The other ranks first: their slots say what they reduced. Our own slot can only differ when
-  // someone contributed a tensor that is not a bucket (its "zeros" were data).
-  for (int k = 1; k <= size; ++k) {
-    int r = (rank + k) % size;
-    const double* theirs = &got[size_t(r) * kCodes];
-    if (theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2]) continue;
-    std::ostringstream os;
-    os << "DistributedDataParallel: collective order mismatch (Note [Bucket order check]): rank " << rank
-       << " all-reduced bucket " << b << " of iteration " << iteration_ << " as collective sequence number "
-       << sequence_[b] << ", but ";
-    if (r != rank)
-      os << "rank " << r << " contributed bucket " << theirs[1] << " of iteration " << theirs[0]
-         << " at sequence number " << theirs[2];
-    else
-      os << "another rank contributed a tensor that is not a DDP bucket (this rank's own check slot reads bucket "
-         << theirs[1] << " of iteration " << theirs[0] << ")";
-    if (m < 1e9) os << " (codes modulo " << m << ")";
-    os << "; every rank must issue the same collectives in the same order (an extra or missing all-reduce, "
-          "barrier or broadcast on one rank, or a different model or control flow)";
-    throw DistributedError(os.str());
+Tensor Reducer::tail_of(size_t b) const {
+  const Bucket& bucket = buckets_[b];
+  return comm_hook_ ? side_[b] : bucket.flat.narrow(0, bucket.numel, tail_size(b));
+}
+
+bool Reducer::check_on_host_now() const {
+  switch (options_.order_check_) {
+    case OrderCheck::every_iteration: return true;
+    case OrderCheck::deferred: return false;
+    case OrderCheck::automatic: break;
   }
+  return debug_ || buckets_.empty() || !buckets_.front().flat.device().is_cuda() || iteration_ <= 2;
+}
+
+// Every bucket's tail as doubles, read with one copy to the host.
+std::vector<std::vector<double>> Reducer::read_tails() const {
+  std::vector<Tensor> parts;
+  for (size_t b = 0; b < buckets_.size(); ++b) parts.push_back(tail_of(b).to(DType::f64));
+  const std::vector<double> all = ops::cat(parts, 0).to_vector<double>();
+  std::vector<std::vector<double>> out;
+  size_t at = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const size_t n = size_t(tail_size(b));
+    out.emplace_back(all.begin() + at, all.begin() + at + n);
+    at += n;
+  }
+  return out;
+}
+
+// Note [Deferred order check]: the comparison on the device. `reference` holds, per bucket, the
+// slots every rank should have written (this rank's codes, size times), then per bucket this
+// rank's exact (iteration, bucket, sequence number) for the message.
+void Reducer::defer_order_check() {
+  const int64_t w = kCodes * group_->size();
+  const auto nb = static_cast<int64_t>(buckets_.size());
+  std::vector<Tensor> got;
+  std::vector<double> reference;
+  reference.reserve(size_t(nb * (w + kCodes)));
+  for (int64_t b = 0; b < nb; ++b) {
+    Tensor tail = tail_of(size_t(b));
+    got.push_back(tail.narrow(0, 0, w).to(DType::f64));
+    const double m = code_modulus(tail.dtype());
+    for (int r = 0; r < group_->size(); ++r)
+      for (double code : {double(iteration_), double(b), double(sequence_[size_t(b)])})
+        reference.push_back(std::fmod(code, m));
+  }
+  for (int64_t b = 0; b < nb; ++b)
+    for (double v : {double(iteration_), double(b), double(sequence_[size_t(b)])}) reference.push_back(v);
+  const Device device = buckets_.front().flat.device();
+  Tensor ref = host_values(reference, device).to(device, /*non_blocking=*/true);
+  Tensor actual = ops::cat(got, 0);                                          // (nb * w)
+  Tensor record = ops::cat({actual, ref.narrow(0, nb * w, nb * kCodes)}, 0);  // what the message needs
+  Tensor differ = ops::sum(ops::ne(actual, ref.narrow(0, 0, nb * w)).to(DType::f64));
+  if (!mismatched_slots_.defined()) {
+    mismatched_slots_ = zeros({}, TensorOptions(DType::f64).device(device));
+    first_mismatch_ = zeros(record.shape(), TensorOptions(DType::f64).device(device));
+  }
+  // The first iteration with a difference keeps its record.
+  Tensor first = ops::gt(ops::mul(differ, ops::eq(mismatched_slots_, 0.0).to(DType::f64)), 0.0);
+  first_mismatch_ = ops::where(first, record, first_mismatch_);
+  mismatched_slots_ = ops::add(mismatched_slots_, differ);
+  ++pending_checks_;
+  ++deferred_checks_;
+}
+
+void Reducer::check_collective_order() {
+  KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
+  if (pending_checks_ == 0) return;
+  const int64_t checked = pending_checks_;
+  pending_checks_ = 0;
+  NoGradGuard no_grad;
+  if (mismatched_slots_.item() == 0.0) return;  // the one host read
+  const std::vector<double> record = first_mismatch_.to_vector<double>();
+  const int64_t w = kCodes * group_->size();
+  const size_t nb = buckets_.size();
+  KILN_ASSERT(record.size() == nb * size_t(w + kCodes), "deferred order check record of ", record.size(),
+              " values for ", nb, " buckets");
+  for (size_t b = 0; b < nb; ++b) {
+    const double* mine = &record[nb * size_t(w) + b * kCodes];
+    const DType dt = comm_hook_ ? DType::f64 : buckets_[b].flat.dtype();
+    std::string why = order_mismatch(&record[b * size_t(w)], group_->rank(), group_->size(), size_t(mine[1]),
+                                     int64_t(mine[0]), uint64_t(mine[2]), code_modulus(dt));
+    if (why.empty()) continue;
+    std::ostringstream os;
+    os << why << " (found by the deferred check on the device over the last " << checked
+       << " iteration(s), read after iteration " << iteration_
+       << "; KILN_DISTRIBUTED_DEBUG=DETAIL checks every iteration as it ends: Note [Deferred order check])";
+    fail(os.str());
+  }
+  KILN_ASSERT(false, "the deferred order check counted ", mismatched_slots_.item(),
+              " differing slots but its record shows none");
 }
 
 void Reducer::finalize(bool from_hook) {
   NoGradGuard no_grad;
-  const double inv = 1.0 / group_->size();
-  const bool one_rank = group_->size() == 1 && !comm_hook_;  // Note [One rank]
-  std::string error;
   // Wait for every bucket even after an error, so nothing still writes into them.
+  std::vector<std::string> wait_errors(buckets_.size());
+  bool waited = true;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     try {
       if (side_works_[b]) side_works_[b]->wait();
       works_[b]->wait();
-      Bucket& bucket = buckets_[b];
-      Tensor tail = comm_hook_ ? side_[b] : bucket.flat.narrow(0, bucket.numel, tail_size(b));
-      if (error.empty()) {
-        check_order(b, tail);
-        if (!comm_hook_ && !one_rank) {
-          Tensor grads = bucket.grads();
-          ops::mul_(grads, inv);
-        }
-        copy_back(b, tail, /*grads_current=*/one_rank && from_hook);
-      }
     } catch (const std::exception& e) {
-      if (error.empty()) error = e.what();
+      wait_errors[b] = e.what();
+      waited = false;
     }
     works_[b] = nullptr;
     side_works_[b] = nullptr;
-    side_[b] = Tensor();
   }
+  std::string error;
+  if (!waited) {
+    // A collective failed (often a timeout because the ranks' collectives no longer pair up): the
+    // first error in bucket order wins, and the order check of the buckets before it comes first,
+    // so a mismatch that caused the failure is what gets reported.
+    for (size_t b = 0; b < buckets_.size() && error.empty(); ++b) {
+      if (!wait_errors[b].empty()) {
+        error = wait_errors[b];
+        break;
+      }
+      try {
+        const std::vector<double> tail = tail_of(b).to_vector<double>();
+        error = order_mismatch(tail.data(), group_->rank(), group_->size(), b, iteration_, sequence_[b],
+                               code_modulus(tail_of(b).dtype()));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+  } else {
+    try {
+      // Note [Deferred order check]: one host read of every tail, or a comparison on the device.
+      std::vector<std::vector<double>> tails;
+      if (options_.find_unused_parameters_ || check_on_host_now()) {
+        tails = read_tails();
+        ++host_checks_;
+        for (size_t b = 0; b < buckets_.size(); ++b) {
+          std::string why = order_mismatch(tails[b].data(), group_->rank(), group_->size(), b, iteration_,
+                                           sequence_[b], code_modulus(tail_of(b).dtype()));
+          if (!why.empty()) throw DistributedError(why);
+        }
+      } else {
+        defer_order_check();
+      }
+      const double inv = 1.0 / group_->size();
+      const bool one_rank = group_->size() == 1 && !comm_hook_;  // Note [One rank]
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        if (!comm_hook_ && !one_rank) {
+          Tensor grads = buckets_[b].grads();
+          ops::mul_(grads, inv);
+        }
+        copy_back(b, tails.empty() ? std::vector<double>() : tails[b], /*grads_current=*/one_rank && from_hook);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  for (Tensor& t : side_) t = Tensor();
   if (!error.empty()) fail(error);
   active_ = false;
   used_.assign(params_.size(), false);
   if (rebuild_pending_) rebuild_in_arrival_order();
 }
 
-void Reducer::copy_back(size_t b, const Tensor& tail, bool grads_current) {
+void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool grads_current) {
   const Bucket& bucket = buckets_[b];
-  std::vector<double> used_by_any;
-  if (options_.find_unused_parameters_)
-    used_by_any = tail.narrow(0, kCodes * group_->size(), int64_t(bucket.params.size())).to_vector<double>();
+  const size_t used_at = size_t(kCodes * group_->size());
   for (size_t k = 0; k < bucket.params.size(); ++k) {
     size_t i = bucket.params[k];
     // No rank used it: leave .grad alone (copy mode; with views it is the zeroed slice).
-    if (!used_by_any.empty() && used_by_any[k] < 0.5) continue;
+    if (options_.find_unused_parameters_ && tail[used_at + k] < 0.5) continue;
     if (options_.gradient_as_bucket_view_) {
       install_view(i, false);  // a locally unused parameter may have no view yet
       continue;
@@ -359,6 +545,9 @@ void Reducer::finish() {
 
 void Reducer::rebuild_in_arrival_order() {
   rebuild_pending_ = false;
+  // The deferred record is laid out per bucket: read it before the buckets change (this function
+  // reads the agreed order on the host anyway).
+  check_collective_order();
   // Parameters that never arrived go last, in reverse registration order.
   std::vector<bool> seen(params_.size(), false);
   for (size_t i : arrival_) seen[i] = true;
@@ -378,6 +567,7 @@ void Reducer::rebuild_in_arrival_order() {
   // into its new view, so the old ones must stay alive until it returns.
   std::vector<Bucket> old = std::move(buckets_);
   build_buckets(next);
+  mismatched_slots_ = first_mismatch_ = Tensor();
   ++rebuilds_;
 }
 

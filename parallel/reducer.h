@@ -14,17 +14,27 @@
 
 namespace kiln::dist {
 
+// When the reducer reads Note [Bucket order check] back to the host (Note [Deferred order check]).
+enum class OrderCheck {
+  automatic,        // every iteration on the CPU, with find_unused_parameters or KILN_DISTRIBUTED_DEBUG
+                    // INFO/DETAIL; else (CUDA) the first two synced iterations, then deferred
+  every_iteration,  // one host read at the end of every synced backward
+  deferred,         // compared on the device; read by check_collective_order() (no host read)
+};
+
 struct ReducerOptions {
   size_t first_bucket_cap_bytes_ = mib_to_bytes(1);
   size_t bucket_cap_bytes_ = mib_to_bytes(25);
   bool gradient_as_bucket_view_ = false;
   bool find_unused_parameters_ = false;
   bool rebuild_buckets_ = true;  // re-bucket in arrival order after the first synced iteration
+  OrderCheck order_check_ = OrderCheck::automatic;
   ReducerOptions& first_bucket_cap_bytes(size_t v) { first_bucket_cap_bytes_ = v; return *this; }
   ReducerOptions& bucket_cap_bytes(size_t v) { bucket_cap_bytes_ = v; return *this; }
   ReducerOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
   ReducerOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
   ReducerOptions& rebuild_buckets(bool v) { rebuild_buckets_ = v; return *this; }
+  ReducerOptions& order_check(OrderCheck v) { order_check_ = v; return *this; }
 };
 
 // Note [When gradients are final]
@@ -52,6 +62,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool require_backward_grad_sync() const { return require_sync_; }
   // Completes the open iteration, if any; see Note [When gradients are final].
   void finish();
+  // Reads the order checks that were compared on the device since the last call (one host read;
+  // nothing when there are none) and fails, like the check at the end of backward, when ranks
+  // reduced different buckets. Not collective. See Note [Deferred order check].
+  void check_collective_order();
   // Replaces the default reduction (sum, then divide) for every bucket; see comm_hooks.h.
   void register_comm_hook(CommHook hook);
 
@@ -65,6 +79,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   int64_t allreduces_total() const { return launched_total_; }
   int64_t iteration() const { return iteration_; }  // synced backward passes started
   int64_t bucket_rebuilds() const { return rebuilds_; }
+  // Synced iterations whose order check was read on the host at the end of backward, and those
+  // compared on the device instead (Note [Deferred order check]).
+  int64_t order_checks_on_host() const { return host_checks_; }
+  int64_t order_checks_deferred() const { return deferred_checks_; }
   bool iteration_in_progress() const { return active_; }
   const std::vector<Tensor>& parameters() const { return params_; }
 
@@ -82,8 +100,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void mark_ready(size_t i);
   void launch(size_t b);
   void finalize(bool from_hook);
-  void check_order(size_t b, const Tensor& tail) const;
-  void copy_back(size_t b, const Tensor& tail, bool grads_current);
+  Tensor tail_of(size_t b) const;  // the bucket's tail: in the flat tensor, or side_[b] with a comm hook
+  bool check_on_host_now() const;
+  std::vector<std::vector<double>> read_tails() const;
+  void defer_order_check();
+  void copy_back(size_t b, const std::vector<double>& tail, bool grads_current);
   void rebuild_in_arrival_order();
   void wait_launched_quietly() noexcept;
   int64_t tail_size(size_t b) const;
@@ -113,7 +134,14 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<size_t> arrival_;     // first synced iteration: parameters in the order they got ready
   bool rebuild_pending_ = false;
 
+  // Note [Deferred order check]: compared on the device since the last check_collective_order().
+  bool debug_ = false;                 // KILN_DISTRIBUTED_DEBUG is INFO or DETAIL
+  int64_t pending_checks_ = 0;         // iterations compared on the device and not read yet
+  Tensor mismatched_slots_;            // 0-dim f64: code slots that differed, summed
+  Tensor first_mismatch_;              // the codes of the first iteration with a difference
+
   int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0;
+  int64_t host_checks_ = 0, deferred_checks_ = 0;
   std::string failure_;  // set once a collective failed or the order check fired: unusable
 };
 

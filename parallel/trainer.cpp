@@ -1,6 +1,7 @@
 // Trainer: one optimizer step as DESIGN.md's data path describes it (accumulate under no_sync,
-// finish the bucket all-reduces, unscale + cross-rank inf check, clip, step, schedule), and
-// checkpoints that rank 0 writes and every rank restores.
+// finish the bucket all-reduces, unscale + cross-rank inf check, clip, step, schedule) without a
+// host read off log steps (Note [Trainer host reads]), and checkpoints that rank 0 writes and
+// every rank restores.
 #include <kiln/parallel/trainer.h>
 
 #include <algorithm>
@@ -132,15 +133,15 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
   }
   if (ddp_) ddp_->finish_gradient_synchronization();
 
+  // Note [Trainer host reads]: nothing below reads a device value unless this is a log step.
   if (f16) {
     scaler_.unscale_(*optimizer_);
-    scaler_.set_found_inf(any_rank_found_inf(scaler_.found_inf()));
+    scaler_.set_found_inf(any_rank_found_inf(scaler_.found_inf_tensor()));
   }
-  stats.grad_norm = std::numeric_limits<double>::quiet_NaN();
   if (options_.clip_grad_norm_ > 0)
-    stats.grad_norm = optim::clip_grad_norm(optimizer_params(*optimizer_), options_.clip_grad_norm_);
+    stats.grad_norm_tensor = optim::clip_grad_norm_tensor(optimizer_params(*optimizer_), options_.clip_grad_norm_);
   if (f16) {
-    stats.skipped = !scaler_.step(*optimizer_);
+    stats.found_inf = scaler_.step_async(*optimizer_);
     scaler_.update();
   } else {
     optimizer_->step();
@@ -153,19 +154,32 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     NoGradGuard no_grad;
     stats.local_loss = k == 1 ? loss_sum : loss_sum * (1.0 / k);
   }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   stats.logged = options.sync_loss_ || (options_.log_every_ > 0 && stats.step % options_.log_every_ == 0);
-  stats.loss = stats.logged ? average_across_ranks(stats.local_loss) : std::numeric_limits<double>::quiet_NaN();
+  stats.loss = stats.logged ? average_across_ranks(stats.local_loss) : nan;
+  stats.grad_norm = stats.logged && stats.grad_norm_tensor.defined() ? stats.grad_norm_tensor.item() : nan;
+  stats.skipped = stats.logged && stats.found_inf.defined() && stats.found_inf.item() != 0.0;
+  if (stats.logged && ddp_) ddp_->check_collective_order();  // Note [Deferred order check] (reducer.cpp)
   stats.items = options.items_ * world_;
   checkpoint_if_due();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
 
-bool Trainer::any_rank_found_inf(bool local) {
+bool Trainer::any_rank(bool local) {
   if (world_ == 1) return local;
   Tensor flag = full({1}, local ? 1.0 : 0.0, TensorOptions(DType::f32).device(device_of(*model_)));
   group_->allreduce(flag, AllreduceOptions().op(ReduceOp::max))->wait();
   return flag.item() > 0;
+}
+
+Tensor Trainer::any_rank_found_inf(const Tensor& local) {
+  if (world_ == 1) return local;
+  // A fresh one-element tensor where the group communicates: on CUDA the scaler's flag is there
+  // already, so this is a view, and NCCL's wait() only makes the current stream wait.
+  Tensor flag = local.to(device_of(*model_)).reshape({1});
+  group_->allreduce(flag, AllreduceOptions().op(ReduceOp::max))->wait();
+  return flag;
 }
 
 double Trainer::average_across_ranks(const Tensor& local) {
@@ -191,6 +205,7 @@ std::vector<optim::RngState> Trainer::gather_rng_states() {
 
 void Trainer::save_checkpoint(const std::string& path, const std::string& data_cursor) {
   KILN_CHECK(!path.empty(), "Trainer::save_checkpoint: the path is empty");
+  if (ddp_) ddp_->check_collective_order();  // never write weights a mismatched reduction produced
   optim::TrainingProgress progress;
   progress.global_step = global_step_;
   progress.scheduler_step = scheduler_.last_step();
@@ -210,7 +225,7 @@ void Trainer::save_checkpoint(const std::string& path, const std::string& data_c
   // Doubles as the barrier: nobody returns before the file is complete, and a failed write on
   // rank 0 fails every rank instead of leaving them waiting.
   bool failed = !failure.empty();
-  if (world_ > 1) failed = any_rank_found_inf(failed);
+  if (world_ > 1) failed = any_rank(failed);
   if (!failure.empty()) throw IOError(failure);
   KILN_CHECK_IO(!failed, "Trainer::save_checkpoint: rank 0 failed to write ", path);
 }

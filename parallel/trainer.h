@@ -49,26 +49,40 @@ struct TrainerOptions {
 // Per-call extras of Trainer::step. Both must be the same on every rank.
 struct StepOptions {
   int64_t items_ = 0;       // tokens or samples this rank processes in the step (for StepStats::items)
-  bool sync_loss_ = false;  // average the loss across ranks now even if this is not a log step
+  bool sync_loss_ = false;  // make this a log step: read loss, grad_norm, skipped (Note [Trainer host reads])
   StepOptions& items(int64_t v) { items_ = v; return *this; }
   StepOptions& sync_loss(bool v) { sync_loss_ = v; return *this; }
 };
 
-// Note [Trainer loss]
-// Reading a loss to the host synchronizes the device, so step() reads it only on log steps
-// (step % log_every == 0, or StepOptions::sync_loss): there `loss` is the mean over micro-steps
-// AND ranks (one all-reduce) and `logged` is true. On other steps `loss` is NaN and the value
-// stays on the device in `local_loss` (this rank's mean over micro-steps, 0-dim, detached).
+// Note [Trainer host reads]
+// Reading a device value on the host synchronizes the device, so a CUDA step would have to wait
+// for the GPU instead of queueing the next one. step() therefore reads nothing on the host except
+// on log steps (step % log_every == 0, or StepOptions::sync_loss); `logged` says which:
+//   loss       the mean over micro-steps AND ranks (one all-reduce) on log steps, NaN otherwise;
+//              this rank's mean stays on the device in `local_loss` (0-dim f64, detached).
+//   grad_norm  the total norm before clipping on log steps; NaN otherwise or when clipping is off.
+//              The value stays on the device in `grad_norm_tensor` (0-dim f64; undefined when
+//              clipping is off). Gradients are all-reduced first, so it is the same on every rank.
+//   skipped    f16: whether the update was skipped because some rank's gradients overflowed, on
+//              log steps; false otherwise. `found_inf` (0-dim f32, 1 = skipped, undefined unless f16)
+//              holds it on the device: the cross-rank flag the optimizer and the scaler read there.
+// So with f16 the whole step stays on the device: unscale_ records found_inf there, the ranks
+// MAX-reduce that tensor (a collective on the device tensor, no host read), clipping multiplies by
+// a coefficient computed there, the optimizer kernels skip themselves when found_inf is set, and
+// the scaler updates its scale there (Note [GradScaler on CUDA]). On the CPU the same calls run and
+// the reads cost nothing; the values and results are those of the host-read path before.
 struct StepStats {
   int64_t step = 0;          // 0-based index of this optimizer step (global_step() before it)
-  double loss = 0;           // see Note [Trainer loss]
+  double loss = 0;           // see Note [Trainer host reads]
   bool logged = false;
   Tensor local_loss;
-  double grad_norm = 0;      // total norm before clipping; NaN when clipping is off
+  double grad_norm = 0;      // total norm before clipping (log steps with clipping; else NaN)
+  Tensor grad_norm_tensor;
   double lr = 0;             // group 0's lr used by this step
-  bool skipped = false;      // f16: some rank's gradients overflowed, every rank skipped the update
+  bool skipped = false;      // f16, log steps: some rank's gradients overflowed, every rank skipped
+  Tensor found_inf;
   int64_t items = 0;         // StepOptions::items times the world size (0 when not given)
-  double seconds = 0;        // wall time of step() on this rank
+  double seconds = 0;        // wall time of step() on this rank (host time: the GPU may still be busy)
 };
 
 // Usage (README "Multi-process training" has the whole program):
@@ -120,7 +134,8 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
 
  private:
-  bool any_rank_found_inf(bool local);          // MAX over ranks (collective)
+  bool any_rank(bool local);                          // OR over ranks (collective, host values)
+  Tensor any_rank_found_inf(const Tensor& local);     // MAX over ranks of a flag, on its device (collective)
   double average_across_ranks(const Tensor& local);  // 0-dim f64 -> mean over ranks (collective)
   std::vector<optim::RngState> gather_rng_states();  // every rank's default generator (collective)
   void checkpoint_if_due();

@@ -46,9 +46,13 @@ if [ "$mode" != "--tests" ]; then
 
   # NCCL allreduce bandwidth, two ranks on the one GPU (each posing as its own host).
   KILN_TEST_ONE_GPU=1 "$build/apps/kiln-run" --nproc-per-node 2 --standalone /bin/sh -c \
-    'NCCL_HOSTID=kiln-bench-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 exec "$0" --backend nccl --max-bytes 268435456 --min-seconds 0.2' \
+    'NCCL_HOSTID=kiln-bench-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_MNNVL_ENABLE=0 exec "$0" --backend nccl --max-bytes 268435456 --min-seconds 0.2' \
     "$build/apps/bench_allreduce" 2>&1 | tee "$logs/bench_allreduce.txt"
   note "nccl allreduce 256 MiB (2 ranks, 1 GPU)" "$(grep -E '^ *256 MiB' "$logs/bench_allreduce.txt" | awk '{print $NF " GB/s busbw"}')"
+
+  # Issue #5: fp32 / bf16 / fp16 loss curves and speed-ups of gpt-tiny and gpt2-124m.
+  bash scripts/amp-curves.sh "$build" "$build/amp-curves" 2>&1 | tee "$logs/amp_curves.txt"
+  note "amp curves (final loss vs fp32)" "$(grep -c FAIL "$logs/amp_curves.txt" || true) failure(s)"
 
   # Whole-model training step, Kiln vs PyTorch, on the GPU.
   if "$build/apps/bench_gpt" --help 2>/dev/null | grep -q -- "--device"; then

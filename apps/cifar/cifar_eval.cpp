@@ -18,6 +18,7 @@ EvalCounts evaluate(models::CifarCnn& model, const data::Cifar10Dataset& test, d
   const int64_t rank = group ? group->rank() : 0, world = group ? group->size() : 1;
   const int64_t n = test.size(), begin = rank * n / world, end = (rank + 1) * n / world;
   EvalCounts counts;
+  Tensor correct = zeros({}, TensorOptions(DType::f64).device(device));  // on the device: one read at the end
   {
     NoGradGuard no_grad;
     AutocastGuard autocast(amp == DType::f32 ? DType::bf16 : amp, amp != DType::f32);
@@ -26,14 +27,16 @@ EvalCounts evaluate(models::CifarCnn& model, const data::Cifar10Dataset& test, d
       data::Cifar10Dataset part = data::slice(test, b, std::min(end, b + batch_size));
       Tensor logits = model.forward(data::normalize(part.images).to(device));
       Tensor hits = ops::eq(ops::argmax(logits, 1), part.labels.to(device));
-      counts.correct += static_cast<int64_t>(ops::sum(hits.to(DType::f64)).item());
+      correct = ops::add(correct, ops::sum(hits.to(DType::f64)));
       counts.total += part.size();
     }
     model.train();
   }
+  counts.correct = static_cast<int64_t>(correct.item());
   if (group && world > 1) {
     Tensor both = from_vector<double>({double(counts.correct), double(counts.total)}, Shape{2}).to(group->device());
     group->allreduce(both)->wait();
+    both = both.to(Device::cpu());
     counts.correct = static_cast<int64_t>(both.data<double>()[0]);
     counts.total = static_cast<int64_t>(both.data<double>()[1]);
   }

@@ -53,8 +53,9 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
   Tensor scores = ops::mul(ops::matmul(qd, kd.transpose(-2, -1)), scale);  // (B, H, T, T)
   if (causal) {
     // Row i sees columns j <= i.
-    Tensor pos = arange(static_cast<double>(t));
-    Tensor future = ops::gt(pos.view({1, t}), pos.view({t, 1})).to(q.device());  // (T, T)
+    // Built on q's device: a host-built mask would be a blocking upload (a host sync) per call.
+    Tensor pos = arange(static_cast<double>(t), TensorOptions(DType::i64).device(q.device()));
+    Tensor future = ops::gt(pos.view({1, t}), pos.view({t, 1}));  // (T, T)
     scores = ops::masked_fill(scores, future, -std::numeric_limits<double>::infinity());
   }
   Tensor probs = ops::softmax(scores, -1);

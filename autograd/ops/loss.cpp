@@ -25,12 +25,13 @@ const char* reduction_name(Reduction r) {
   return "?";
 }
 
-// Per-row loss (N,) -> the requested reduction; `lead` is the shape of Reduction::none.
-Tensor reduce_rows(const Tensor& rows, Reduction reduction, const Shape& lead, double count) {
+// Per-row loss (N,) -> the requested reduction; `lead` is the shape of Reduction::none. `count`
+// (0-dim i64) stays where it is: on CUDA the mean divides on the device, no host read.
+Tensor reduce_rows(const Tensor& rows, Reduction reduction, const Shape& lead, const Tensor& count) {
   switch (reduction) {
     case Reduction::none: return rows.reshape(lead);
     case Reduction::sum: return ops::sum(rows);
-    case Reduction::mean: return ops::div(ops::sum(rows), count);  // count 0 gives nan, as torch
+    case Reduction::mean: return ops::div(ops::sum(rows), count.to(rows.dtype()));  // count 0 gives nan, as torch
   }
   KILN_ASSERT(false, "unknown reduction ", static_cast<int>(reduction));
   return Tensor();
@@ -42,17 +43,17 @@ class CrossEntropyBackward final : public autograd::OpNode {
   Tensor targets;  // (N,) i64 or i32
   Tensor lse;      // (N,) logsumexp of each row, from the forward
   int64_t ignore_index = -100;
-  double count = 0;
+  Tensor count;  // 0-dim i64, the forward's (on the logits' device)
   double label_smoothing = 0;
   Reduction reduction = Reduction::mean;
   std::string name() const override { return "CrossEntropyBackward"; }
-  void release_saved() override { logits = targets = lse = Tensor(); }
+  void release_saved() override { logits = targets = lse = count = Tensor(); }
   std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
     if (!g[0].defined()) return {Tensor()};
     // none: one gradient per row; sum: the same for every row; mean: that over the counted rows.
     const Tensor grad_loss = reduction == Reduction::none ? g[0].reshape({logits.size(0)}) : g[0];
-    const double scale = reduction == Reduction::mean ? 1.0 / count : 1.0;
-    Tensor grad = ops::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, scale);
+    Tensor grad = ops::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, 1.0,
+                                              reduction == Reduction::mean ? count : Tensor());
     return {input_grad(0, grad.reshape(input_info[0].shape))};
   }
 };
@@ -101,15 +102,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   const Tensor rows_logits = autograd::saved(logits).reshape({n, c});
   const Tensor rows_targets = targets.to(logits.device()).reshape({n});
   ops::CrossEntropyResult r = ops::cross_entropy_forward(rows_logits, rows_targets, options.ignore_index_, ls);
-  const double count = static_cast<double>(r.count);
-  Tensor out = reduce_rows(r.loss, options.reduction_, lead, count).to(out_dtype);
+  Tensor out = reduce_rows(r.loss, options.reduction_, lead, r.count).to(out_dtype);
 
   if (auto node = autograd::make_node<CrossEntropyBackward>({&logits})) {
     node->logits = rows_logits;
     node->targets = rows_targets;
     node->lse = r.lse;
     node->ignore_index = options.ignore_index_;
-    node->count = count;
+    node->count = r.count;
     node->label_smoothing = ls;
     node->reduction = options.reduction_;
     autograd::set_history(out, node);

@@ -127,12 +127,13 @@ void CachingAllocator::free(void* ptr) {
     return;
   }
   // Used on other streams: reusable once the work queued there so far has finished. If an event
-  // cannot be recorded the block is never reused (leaked), which is safe.
+  // cannot be recorded the block is never reused (leaked), which is safe: its count is raised
+  // first, so it never drops to zero, and a freed neighbour does not merge it (is_free).
   std::vector<Stream> uses = std::move(b->stream_uses);
   b->stream_uses.clear();
   for (const Stream& s : uses) {
-    void* event = memory_.record_event(s);
     ++b->pending_events;
+    void* event = memory_.record_event(s);
     pending_.emplace_back(event, b);
   }
 }

@@ -13,13 +13,15 @@ namespace {
 
 using namespace rowwise;
 
-// status[0] counts the rows whose target is not ignore_index; status[1] becomes nonzero when a
-// target is neither ignore_index nor in [0, c) (the host then finds and names it).
+constexpr unsigned long long kNoFault = ~0ull;  // -1 as i64
+
+// status[0] counts the rows whose target is not ignore_index; status[1] becomes the first row whose
+// target is neither ignore_index nor in [0, c) (kNoFault when none), status[2] is set after.
 template <class T, class I, int V>
 __global__ void __launch_bounds__(1024, 1)
     cross_entropy_forward_kernel(dacc_t<T>* __restrict__ loss,             // (rows,)
                                  dacc_t<T>* __restrict__ lse,              // (rows,)
-                                 unsigned long long* __restrict__ status,  // (2,)
+                                 unsigned long long* __restrict__ status,  // (3,)
                                  const T* __restrict__ logits,             // (rows, c)
                                  const I* __restrict__ targets,            // (rows,)
                                  int64_t rows, int64_t c, int64_t ignore_index, double ls) {
@@ -33,7 +35,7 @@ __global__ void __launch_bounds__(1024, 1)
       if (threadIdx.x == 0) {
         loss[row] = A(0);
         lse[row] = A(0);
-        if (t != ignore_index) atomicOr(&status[1], 1ull);
+        if (t != ignore_index) atomicMin(&status[1], static_cast<unsigned long long>(row));
       }
       continue;
     }
@@ -64,8 +66,16 @@ __global__ void __launch_bounds__(1024, 1)
   }
 }
 
-// dlogits[row, j] = ((p - (j == t ? 1 - ls : 0)) - ls / c) * grad_loss[row * grad_stride] * scale
-// with p = exp(x - lse); 0 on ignored rows (and on out-of-range targets, which the forward rejects).
+// status[2] = the target of row status[1], when there is one (one thread, after the forward kernel).
+template <class I>
+__global__ void bad_target_kernel(const I* __restrict__ targets, unsigned long long* __restrict__ status) {
+  if (status[1] != kNoFault)
+    status[2] = static_cast<unsigned long long>(static_cast<long long>(targets[static_cast<int64_t>(status[1])]));
+}
+
+// dlogits[row, j] = ((p - (j == t ? 1 - ls : 0)) - ls / c) * grad_loss[row * grad_stride] * s,
+// s = scale (times 1 / *count when count is given), with p = exp(x - lse); 0 on ignored rows (and
+// on out-of-range targets, which the forward reports).
 template <class T, class I, int V>
 __global__ void __launch_bounds__(1024, 1)
     cross_entropy_backward_kernel(T* __restrict__ dlogits,                  // (rows, c)
@@ -73,10 +83,12 @@ __global__ void __launch_bounds__(1024, 1)
                                   const I* __restrict__ targets,            // (rows,)
                                   const dacc_t<T>* __restrict__ lse,        // (rows,)
                                   const dacc_t<T>* __restrict__ grad_loss,  // (rows,) or (1,)
+                                  const long long* __restrict__ count,      // (1,) or null
                                   int64_t grad_stride, int64_t rows, int64_t c, int64_t ignore_index, double ls,
                                   double scale) {
   using A = dacc_t<T>;
   const A on = static_cast<A>(1.0 - ls), off = static_cast<A>(ls / static_cast<double>(c));
+  if (count != nullptr) scale *= 1.0 / static_cast<double>(*count);  // as the CPU: scale * (1 / count)
   const int64_t step = int64_t(gridDim.x) * blockDim.y;
   for (int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += step) {
     const int64_t t = static_cast<int64_t>(targets[row]);
@@ -108,17 +120,21 @@ DType loss_dtype(DType logits) { return logits == DType::f64 ? DType::f64 : DTyp
 }  // namespace
 
 ops::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                                              double label_smoothing) {
+                                              double label_smoothing, Tensor& fault) {
   const char* op = "cross_entropy";
   cudaStream_t s = stream_for(logits);
   const Tensor x = logits.contiguous(), t = targets.contiguous();
   const Device dev = x.device();
   const int64_t rows = x.size(0), c = x.size(1);
-  ops::CrossEntropyResult r{empty({rows}, loss_dtype(x.dtype()), dev), empty({rows}, loss_dtype(x.dtype()), dev), 0};
-  if (rows == 0) return r;
-  Tensor status = empty({2}, DType::i64, dev);
+  // status: [0] the count, [1] the first bad row, [2] its target. count and fault are views of it.
+  Tensor status = empty({3}, DType::i64, dev);
   auto* status_ptr = static_cast<unsigned long long*>(status.data_ptr());
-  KILN_CUDA_CHECK(cudaMemsetAsync(status_ptr, 0, 2 * sizeof(unsigned long long), s));
+  KILN_CUDA_CHECK(cudaMemsetAsync(status_ptr, 0, sizeof(unsigned long long), s));
+  KILN_CUDA_CHECK(cudaMemsetAsync(status_ptr + 1, 0xFF, 2 * sizeof(unsigned long long), s));  // kNoFault
+  ops::CrossEntropyResult r{empty({rows}, loss_dtype(x.dtype()), dev), empty({rows}, loss_dtype(x.dtype()), dev),
+                            status.narrow(0, 0, 1).reshape({})};
+  fault = status.narrow(0, 1, 2);
+  if (rows == 0) return r;
   dispatch_floating_device(x.dtype(), op, [&]<class T>() {
     using A = dacc_t<T>;
     dispatch_index(t.dtype(), op, [&]<class I>() {
@@ -128,23 +144,16 @@ ops::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor
             ptr<A>(r.loss), ptr<A>(r.lse), status_ptr, ptr<const T>(x), ptr<const I>(t), rows, c, ignore_index,
             label_smoothing);
       });
+      KILN_CUDA_CHECK_LAUNCH();
+      bad_target_kernel<I><<<1, 1, 0, s>>>(ptr<const I>(t), status_ptr);
     });
     KILN_CUDA_CHECK_LAUNCH();
   });
-  // The one read-back: the count for the mean reduction and the out-of-range flag.
-  unsigned long long host[2] = {0, 0};
-  KILN_CUDA_CHECK(cudaMemcpyAsync(host, status_ptr, sizeof host, cudaMemcpyDeviceToHost, s));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (host[1] != 0) {
-    ops::check_targets(targets, c, ignore_index);  // copies the targets to the host and names the first bad one
-    KILN_ASSERT(false, "cross_entropy: the kernel flagged an out-of-range target that the host check did not find");
-  }
-  r.count = static_cast<int64_t>(host[0]);
-  return r;
+  return r;  // nothing read back (Note [Deferred device checks])
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t ignore_index, double label_smoothing, double scale) {
+                              int64_t ignore_index, double label_smoothing, double scale, const Tensor& count) {
   const char* op = "cross_entropy_backward";
   cudaStream_t s = stream_for(logits);
   const Tensor x = logits.contiguous(), t = targets.contiguous();
@@ -153,6 +162,8 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   const DType ldt = loss_dtype(x.dtype());
   const Tensor l = lse.to(ldt).contiguous(), g = grad_loss.to(ldt).contiguous();
   const int64_t grad_stride = g.numel() == 1 ? 0 : 1;
+  const Tensor n = count.defined() ? count.contiguous() : Tensor();
+  const auto* count_ptr = n.defined() ? static_cast<const long long*>(n.data_ptr()) : nullptr;
   Tensor dx = empty({rows, c}, x.dtype(), dev);
   if (dx.numel() == 0) return dx;
   dispatch_floating_device(x.dtype(), op, [&]<class T>() {
@@ -161,8 +172,8 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
       with_vec<T>(can_vectorize(c, kVec<T>, {x.data_ptr(), dx.data_ptr()}), [&]<int V>() {
         const RowLaunch rl = row_launch(rows, c, V);
         cross_entropy_backward_kernel<T, I, V><<<grid_of(rl), block_of(rl), 0, s>>>(
-            ptr<T>(dx), ptr<const T>(x), ptr<const I>(t), ptr<const A>(l), ptr<const A>(g), grad_stride, rows, c,
-            ignore_index, label_smoothing, scale);
+            ptr<T>(dx), ptr<const T>(x), ptr<const I>(t), ptr<const A>(l), ptr<const A>(g), count_ptr, grad_stride,
+            rows, c, ignore_index, label_smoothing, scale);
       });
     });
     KILN_CUDA_CHECK_LAUNCH();

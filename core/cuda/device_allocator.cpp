@@ -17,6 +17,7 @@
 #include <kiln/core/cuda/caching_allocator.h>
 #include <kiln/core/cuda/check.h>
 #include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/stream.h>
 #include <kiln/core/storage.h>
 #include <kiln/core/tensor.h>
 
@@ -64,6 +65,7 @@ class CudaDeviceMemory final : public DeviceMemory {
     return true;
   }
   void synchronize_event(void* event) override {
+    note_host_sync();
     KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   }
   void destroy_event(void* event) noexcept override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
@@ -197,7 +199,10 @@ class PinnedHostAllocator final : public Allocator {
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mu_);
     for (void* p : pending_)
-      for (auto& [s, e] : blocks_.at(p).events) KILN_CUDA_CHECK(cudaEventSynchronize(e));
+      for (auto& [s, e] : blocks_.at(p).events) {
+        note_host_sync();
+        KILN_CUDA_CHECK(cudaEventSynchronize(e));
+      }
     process_pending();
     release_free_blocks();
   }

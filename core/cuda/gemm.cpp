@@ -136,9 +136,13 @@ Context context_for(const Tensor& t) {
 // t itself when cuBLASLt can read its matrices in place, else a contiguous copy.
 Tensor lt_readable(const Tensor& t) { return lt_matrix(t) ? t : t.contiguous(); }
 
-// The largest power of two up to 16 dividing every address a batch of matrices starts at.
-uint32_t alignment(const void* p, int64_t batch_stride_bytes) {
-  const uintptr_t bits = reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(batch_stride_bytes);
+// The largest power of two up to 16 dividing every address a batch of matrices starts at and,
+// when given, the leading dimension in bytes: cuBLASLt's alignment requirements cover the pointer,
+// the leading dimension and the batch stride (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*_BYTES), and the
+// preference only tells it the pointer's, so it is told the weakest of the three.
+uint32_t alignment(const void* p, int64_t batch_stride_bytes, int64_t ld_bytes = 0) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(batch_stride_bytes) |
+                         static_cast<uintptr_t>(ld_bytes);
   uint32_t a = 16;
   while (a > 1 && bits % a != 0) a /= 2;
   return a;
@@ -287,9 +291,9 @@ bool launch_all(const Context& ctx, const Product& prod, Epilogue e, const Tenso
     ptr.bias = has_bias(e) ? bias.data_ptr() : nullptr;
     ptr.aux = has_aux(e) ? at(aux, l.off_out) : nullptr;
     const bool batched = l.count > 1;
-    const std::array<uint32_t, 3> align = {alignment(ptr.a, batched ? p.stride_a * es : 0),
-                                           alignment(ptr.b, batched ? p.stride_b * es : 0),
-                                           alignment(ptr.out, batched ? p.stride_out * es : 0)};
+    const std::array<uint32_t, 3> align = {alignment(ptr.a, batched ? p.stride_a * es : 0, p.mat_a.ld * es),
+                                           alignment(ptr.b, batched ? p.stride_b * es : 0, p.mat_b.ld * es),
+                                           alignment(ptr.out, batched ? p.stride_out * es : 0, p.m * es)};
     const PlanKey key = {ctx.device,
                          static_cast<int64_t>(p.dtype),
                          ctx.tf32,
@@ -309,7 +313,7 @@ bool launch_all(const Context& ctx, const Product& prod, Epilogue e, const Tenso
                          align[1],
                          align[2],
                          ptr.bias ? alignment(ptr.bias, 0) : 0,
-                         ptr.aux ? alignment(ptr.aux, batched ? p.stride_out * es : 0) : 0,
+                         ptr.aux ? alignment(ptr.aux, batched ? p.stride_out * es : 0, p.m * es) : 0,
                          static_cast<int64_t>(ctx.workspace.bytes),
                          0};
     auto it = cache.find(key);
@@ -372,10 +376,15 @@ Tensor gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in, const
     out.copy_(bias.expand(out_shape));
     beta = 1.0;
   }
-  KILN_CHECK(launch_all(ctx, prod, Epilogue::none, a, b, out, Tensor(), Tensor(), beta, &why),
+  if (launch_all(ctx, prod, Epilogue::none, a, b, out, Tensor(), Tensor(), beta, &why)) return out;
+  // No algorithm for these pointers and leading dims (e.g. a view starting at an odd element):
+  // fresh packed copies start on the allocator's 512-byte boundaries.
+  const Tensor ac = a_in.clone().expand(product_shape(batch, m, k));
+  const Tensor bc = b_in.clone().expand(product_shape(batch, k, n));
+  KILN_CHECK(launch_all(ctx, plan_product(ac, bc, out), Epilogue::none, ac, bc, out, Tensor(), Tensor(), beta, &why),
              "matmul: cuBLASLt has no algorithm for ", a_in.shape(), " (strides ", a_in.strides(), ") @ ",
-             b_in.shape(), " (strides ", b_in.strides(), ") in ", out.dtype(), " on ", out.device(), ": ",
-             cublasLtGetStatusName(why));
+             b_in.shape(), " (strides ", b_in.strides(), ") in ", out.dtype(), " on ", out.device(),
+             ", not even for packed copies: ", cublasLtGetStatusName(why));
   return out;
 }
 

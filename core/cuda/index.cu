@@ -53,19 +53,42 @@ void dispatch_width(size_t bytes, F&& fn) {
   }
 }
 
-// One op's fault flag on the device: the smallest row-major position of an out-of-range index.
+// record[1] = the index at row-major position record[0], when there is a fault (one thread).
+template <class I>
+__global__ void fault_value_kernel(const I* index, Strided<1> g, unsigned long long* record) {
+  const unsigned long long pos = record[0];
+  if (pos == kNoFault) return;
+  int64_t off[1];
+  g.offsets(static_cast<int64_t>(pos), off);
+  record[1] = static_cast<unsigned long long>(static_cast<long long>(index[off[0]]));
+}
+
+// One op's fault record on the device: [0] the smallest row-major position of an out-of-range
+// index (kNoFault, i.e. -1 as i64, when none), [1] the index there (Note [Deferred device checks]).
 class FaultFlag {
  public:
-  FaultFlag(Device device, cudaStream_t s) : flag_(empty({1}, DType::i64, device)), stream_(s) {
-    KILN_CUDA_CHECK(cudaMemsetAsync(flag_.data_ptr(), 0xFF, sizeof(unsigned long long), s));  // kNoFault
+  FaultFlag(Device device, cudaStream_t s) : flag_(empty({2}, DType::i64, device)), stream_(s) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(flag_.data_ptr(), 0xFF, 2 * sizeof(unsigned long long), s));  // kNoFault
   }
   unsigned long long* ptr() const { return static_cast<unsigned long long*>(flag_.data_ptr()); }
+
+  // The record with the bad value filled in by a kernel queued after the op's: no host read.
+  Tensor record(const Tensor& index) const {
+    if (index.numel() > 0) {
+      dispatch_index(index.dtype(), "index", [&]<class I>() {
+        fault_value_kernel<I><<<1, 1, 0, stream_>>>(static_cast<const I*>(index.data_ptr()),
+                                                    make_strided<1>(index.shape(), {index.strides()}), ptr());
+        KILN_CUDA_CHECK_LAUNCH();
+      });
+    }
+    return flag_;
+  }
 
   // Copies the flag to the host (waiting for the op's kernels) and, on a fault, the bad value.
   IndexFault read(const Tensor& index) const {
     unsigned long long pos = kNoFault;
     KILN_CUDA_CHECK(cudaMemcpyAsync(&pos, ptr(), sizeof(pos), cudaMemcpyDeviceToHost, stream_));
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    Stream(stream_, flag_.device().index).synchronize();
     if (pos == kNoFault) return {};
     IndexFault f;
     f.position = static_cast<int64_t>(pos);
@@ -78,7 +101,7 @@ class FaultFlag {
       I v{};
       KILN_CUDA_CHECK(cudaMemcpyAsync(&v, static_cast<const I*>(index.data_ptr()) + off, sizeof(I),
                                       cudaMemcpyDeviceToHost, stream_));
-      KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      Stream(stream_, flag_.device().index).synchronize();
       f.value = static_cast<int64_t>(v);
     });
     return f;
@@ -331,7 +354,7 @@ constexpr int64_t kManyFibers = 8192;
 
 }  // namespace
 
-IndexFault index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   cudaStream_t s = stream_for(x);
   FaultFlag flag(x.device(), s);
   const int64_t count = out.numel(), size = x.size(dim);
@@ -350,10 +373,10 @@ IndexFault index_select(const Tensor& x, int64_t dim, const Tensor& index, const
       KILN_CUDA_CHECK_LAUNCH();
     });
   });
-  return flag.read(index);
+  return flag.record(index);
 }
 
-IndexFault gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   cudaStream_t s = stream_for(x);
   FaultFlag flag(x.device(), s);
   const int64_t count = index.numel(), size = x.size(dim);
@@ -367,7 +390,7 @@ IndexFault gather(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
       KILN_CUDA_CHECK_LAUNCH();
     });
   });
-  return flag.read(index);
+  return flag.record(index);
 }
 
 IndexFault scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -414,7 +437,7 @@ IndexFault index_add_(const Tensor& self, int64_t dim, const Tensor& index, cons
   return {};
 }
 
-IndexFault embedding(const Tensor& weight, const Tensor& ids, const Tensor& out) {
+Tensor embedding(const Tensor& weight, const Tensor& ids, const Tensor& out) {
   cudaStream_t s = stream_for(weight);
   FaultFlag flag(weight.device(), s);
   const int64_t V = weight.size(0), C = weight.size(1), rows = ids.numel();
@@ -432,10 +455,10 @@ IndexFault embedding(const Tensor& weight, const Tensor& ids, const Tensor& out)
       KILN_CUDA_CHECK_LAUNCH();
     });
   });
-  return flag.read(ids);
+  return flag.record(ids);
 }
 
-IndexFault embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num_embeddings, const Tensor& out) {
+Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num_embeddings, const Tensor& out) {
   cudaStream_t s = stream_for(grad_out);
   FaultFlag flag(grad_out.device(), s);
   const int64_t V = num_embeddings, C = grad_out.size(-1);
@@ -452,7 +475,7 @@ IndexFault embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t
                                                                         runs.starts(), V, C);
     KILN_CUDA_CHECK_LAUNCH();
   });
-  return flag.read(ids);
+  return flag.record(ids);
 }
 
 }  // namespace kiln::cuda

@@ -1,7 +1,9 @@
 // CUDA indexing kernels (index.cu) behind the fronts in core/ops/index.cpp, which check shapes and
 // dtypes and throw the CPU's message for an out-of-range index. Every tensor is on one CUDA device;
 // inputs and indices may be strided. Indices are checked on the device: a kernel records the first
-// bad position in a device flag, read back once per op (one small copy to the host, a sync).
+// bad position and its value in a fault record. The lookups and embedding_backward return it for
+// the front to hand to core/cuda/deferred_check.h (no host read in the op by default: Note
+// [Deferred device checks]); the in-place accumulations read it before writing (a host sync).
 #pragma once
 
 #include <cstdint>
@@ -17,11 +19,15 @@ struct IndexFault {
   explicit operator bool() const { return position >= 0; }
 };
 
+// The lookups below and embedding_backward return their fault record: (2,) i64 on the device,
+// [0] the row-major position in the index tensor of the first out-of-range index (-1: none),
+// [1] its value; complete when the op's kernels are. Bad positions read as zeros.
+
 // out (contiguous; x's shape with size index.numel() at dim) = x[..., index, ...]. Any dtype.
-IndexFault index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
 
 // out (contiguous; index's shape) = x at index along dim. Any dtype.
-IndexFault gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
 
 // self[.., index[..j..], ..] += src[..j..] along dim. Checks every index before writing (nothing is
 // written on a fault). Numeric dtypes. Deterministic and bitwise equal to the CPU (adds in index
@@ -36,10 +42,11 @@ IndexFault scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, co
 IndexFault index_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 
 // out (contiguous; (*ids.shape, C)) = rows of weight (V, C). Any dtype.
-IndexFault embedding(const Tensor& weight, const Tensor& ids, const Tensor& out);
+Tensor embedding(const Tensor& weight, const Tensor& ids, const Tensor& out);
 
 // out (contiguous; (num_embeddings, C)) = the rows of grad_out (*ids.shape, C) summed per id, in
-// position order, accumulated in float for 16-bit dtypes (bitwise equal to the CPU). Numeric dtypes.
-IndexFault embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num_embeddings, const Tensor& out);
+// position order, accumulated in float for 16-bit dtypes (bitwise equal to the CPU); rows of bad
+// ids are left out. Numeric dtypes.
+Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num_embeddings, const Tensor& out);
 
 }  // namespace kiln::cuda

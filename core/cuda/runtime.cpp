@@ -10,6 +10,7 @@
 
 #include <kiln/core/cuda/check.h>
 #include <kiln/core/cuda/copy.h>
+#include <kiln/core/cuda/deferred_check.h>
 #include <kiln/core/storage.h>
 #include <kiln/core/tensor.h>
 
@@ -84,13 +85,16 @@ void device_to_host(const Tensor& dst, const Tensor& src, bool non_blocking) {
   const Tensor d = s.is_contiguous() && s.dtype() == dst.dtype() ? s : contiguous_copy(s, dst.dtype());
   if (d.shape() == dst.shape() && dst.is_contiguous()) {
     memcpy_host_device(dst, d, dst, device, non_blocking);
-    return;
+  } else {
+    // dst is strided (or src broadcast): download, wait, and scatter on the host.
+    Tensor h = empty(d.shape(), d.dtype(), Device::cpu());
+    memcpy_host_device(h, d, h, device, /*non_blocking=*/false);
+    Tensor out = dst;
+    out.copy_(h.expand(dst.shape()));
   }
-  // dst is strided (or src broadcast): download, wait, and scatter on the host.
-  Tensor h = empty(d.shape(), d.dtype(), Device::cpu());
-  memcpy_host_device(h, d, h, device, /*non_blocking=*/false);
-  Tensor out = dst;
-  out.copy_(h.expand(dst.shape()));
+  // A blocking read waited for the device: the deferred check records queued before are on the
+  // host now (Note [Deferred device checks]).
+  check_deferred_faults(/*wait=*/false);
 }
 
 // Between two devices: the copy runs on the source device's current stream, fenced both ways

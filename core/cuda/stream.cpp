@@ -3,6 +3,7 @@
 #include <kiln/core/cuda/stream.h>
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -15,6 +16,14 @@
 #endif
 
 namespace kiln::cuda {
+
+namespace {
+std::atomic<int64_t> host_syncs{0};
+}  // namespace
+
+int64_t host_sync_count() { return host_syncs.load(std::memory_order_relaxed); }
+
+void note_host_sync() { host_syncs.fetch_add(1, std::memory_order_relaxed); }
 
 #if KILN_WITH_CUDA
 
@@ -57,6 +66,7 @@ Stream Stream::create(int device, bool high_priority) {
 }
 
 void Stream::synchronize() const {
+  note_host_sync();
   DeviceGuard guard(device_);
   KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
 }
@@ -135,7 +145,9 @@ void Event::wait(Stream stream) const {
 }
 
 void Event::synchronize() const {
-  if (handle_) KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_)));
+  if (!handle_) return;
+  note_host_sync();
+  KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_)));
 }
 
 bool Event::query() const {
@@ -169,6 +181,7 @@ void set_device(int device) {
 }
 
 void synchronize(int device) {
+  note_host_sync();
   DeviceGuard guard(device < 0 ? current_device() : device);
   KILN_CUDA_CHECK(cudaDeviceSynchronize());
 }

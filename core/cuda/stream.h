@@ -71,6 +71,15 @@ int current_device();
 void set_device(int device);
 void synchronize(int device = -1);  // the whole device
 
+// How many times Kiln has made the host wait for a device in this process: Stream, Event and
+// device synchronize, and so every blocking copy between a device and the host (item(), to(cpu),
+// an upload from pageable memory), the caching allocator waiting for an event, and a NCCL Work
+// waited on by the host. Tests read it to check that a loop runs ahead of the GPU (the idea of
+// torch.cuda.set_sync_debug_mode); it stays 0 in a build without CUDA.
+int64_t host_sync_count();
+// Counts one host wait (for the few places that wait without Stream/Event::synchronize).
+void note_host_sync();
+
 // Makes `device` current for the guard's lifetime.
 class DeviceGuard {
  public:

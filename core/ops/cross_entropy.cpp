@@ -5,14 +5,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include <kiln/core/cpu/vec_math.h>
 #include <kiln/core/cuda/cross_entropy.h>
+#include <kiln/core/cuda/deferred_check.h>
 #include <kiln/core/cuda/runtime.h>
 #include <kiln/core/dispatch.h>
+#include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
 #include <kiln/core/parallel.h>
 
@@ -129,11 +133,19 @@ void backward_rows(T* dx, const T* x, const int64_t* t, const acc_t<T>* lse, con
 
 }  // namespace
 
+void throw_bad_target(int64_t value, int64_t row, int64_t classes, int64_t ignore_index, bool late) {
+  KILN_CHECK(false, "cross_entropy: target ", value, " at row ", row, " is out of range for ", classes,
+             " classes (ignore_index ", ignore_index, ")",
+             late ? " (reported late: checked on the device and read at a later host sync, see Note [Deferred device "
+                    "checks]; KILN_CUDA_CHECKS=immediate reports it from the op itself)"
+                  : "");
+  std::abort();  // not reached
+}
+
 void check_targets(const Tensor& targets, int64_t classes, int64_t ignore_index) {
   const std::vector<int64_t> t = targets.to_vector<int64_t>();
   for (size_t i = 0; i < t.size(); ++i)
-    KILN_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < classes), "cross_entropy: target ", t[i], " at row ", i,
-               " is out of range for ", classes, " classes (ignore_index ", ignore_index, ")");
+    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= classes)) throw_bad_target(t[i], int64_t(i), classes, ignore_index);
 }
 
 CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
@@ -143,15 +155,23 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   if constexpr (cuda::kBuilt)
     if (logits.device().is_cuda() || targets.device().is_cuda()) {
       check_same_device(op, logits, targets);
-      return cuda::cross_entropy_forward(logits, targets, ignore_index, label_smoothing);
+      Tensor fault;
+      CrossEntropyResult r = cuda::cross_entropy_forward(logits, targets, ignore_index, label_smoothing, fault);
+      const int64_t classes = logits.size(1);
+      cuda::check_fault_record(fault, [classes, ignore_index](int64_t row, int64_t value, bool late) {
+        throw_bad_target(value, row, classes, ignore_index, late);
+      });
+      return r;
     }
   check_cpu(op, {&logits, &targets});
   const int64_t rows = logits.size(0), c = logits.size(1);
   check_targets(targets, c, ignore_index);
   const std::vector<int64_t> t = targets.to_vector<int64_t>();
   const Tensor x = logits.contiguous();
-  CrossEntropyResult r{empty({rows}, loss_dtype(x.dtype())), empty({rows}, loss_dtype(x.dtype())), 0};
-  r.count = static_cast<int64_t>(std::count_if(t.begin(), t.end(), [&](int64_t v) { return v != ignore_index; }));
+  CrossEntropyResult r{empty({rows}, loss_dtype(x.dtype())), empty({rows}, loss_dtype(x.dtype())), Tensor()};
+  r.count = scalar_tensor(
+      static_cast<double>(std::count_if(t.begin(), t.end(), [&](int64_t v) { return v != ignore_index; })),
+      TensorOptions(DType::i64));
   dispatch_floating(x.dtype(), op, [&]<class T>() {
     forward_rows<T>(x.data<T>(), t.data(), r.loss.data<acc_t<T>>(), r.lse.data<acc_t<T>>(), rows, c, ignore_index,
                     label_smoothing);
@@ -160,7 +180,7 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t ignore_index, double label_smoothing, double scale) {
+                              int64_t ignore_index, double label_smoothing, double scale, const Tensor& count) {
   const char* op = "cross_entropy_backward";
   check_args(op, logits, targets, label_smoothing);
   check_defined(grad_loss, op, "grad_loss");
@@ -171,14 +191,22 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
              grad_loss.shape());
   KILN_CHECK(is_floating(lse.dtype()) && lse.numel() == rows, op, ": lse must be floating with ", rows,
              " elements, got ", lse.dtype(), " of shape ", lse.shape());
+  KILN_CHECK(!count.defined() || (count.numel() == 1 && count.dtype() == DType::i64), op,
+             ": count must be the forward's one-element i64 count, got ",
+             count.defined() ? std::string(dtype_name(count.dtype())) : std::string(), count.defined() ? count.shape() : Shape{});
   if constexpr (cuda::kBuilt)
     if (logits.device().is_cuda()) {
       check_same_device(op, logits, targets);
       check_same_device(op, logits, lse);
       check_same_device(op, logits, grad_loss);
-      return cuda::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, scale);
+      if (count.defined()) check_same_device(op, logits, count);
+      return cuda::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, scale, count);
     }
   check_cpu(op, {&grad_loss, &logits, &targets, &lse});
+  if (count.defined()) {
+    check_cpu(op, {&count});
+    scale *= 1.0 / count.item();  // as the CUDA kernel: scale * (1 / count), in double
+  }
   check_targets(targets, c, ignore_index);  // the row loop writes at the target's column
   const std::vector<int64_t> t = targets.to_vector<int64_t>();
   const Tensor x = logits.contiguous();

@@ -14,25 +14,32 @@ struct CrossEntropyResult {
   // (N,) f32 (f64 for f64 logits): -(1 - ls) logp[i, t_i] - ls / C sum_c logp[i, c], where
   // logp = log_softmax(logits[i]) and ls = label_smoothing; 0 on ignored rows.
   Tensor loss;
-  Tensor lse;         // (N,) logsumexp of each row (0 on ignored rows), loss's dtype
-  int64_t count = 0;  // rows whose target is not ignore_index
+  Tensor lse;    // (N,) logsumexp of each row (0 on ignored rows), loss's dtype
+  Tensor count;  // 0-dim i64 on the logits' device: rows whose target is not ignore_index
 };
 
 // logits (N, C) floating with C >= 1; targets (N,) i64 or i32 class ids in [0, C), or
-// ignore_index. A target outside both is an error naming its value and row. On CUDA the check
-// reads one flag (and the count) back from the device: one synchronization per call.
+// ignore_index. A target outside both is an error naming its value and row. On CUDA nothing is
+// read back: the count stays on the device (the mean divides by it there) and the target check is
+// a device record reported through Note [Deferred device checks] (core/cuda/deferred_check.h).
 CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                                          double label_smoothing = 0.0);
 
 // The gradient of the forward's loss[i] with respect to logits (N, C), times grad_loss[i] * scale,
 // in logits' dtype: (softmax(logits[i]) - (1 - ls) onehot(t_i) - ls / C) * grad_loss[i] * scale,
 // 0 on ignored rows. grad_loss is (N,), or one element used for every row (sum / mean
-// reductions); lse is the forward's.
+// reductions); lse is the forward's. `count` (the forward's, for the mean reduction), when given,
+// multiplies scale by 1 / count (in double, read on the logits' device).
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t ignore_index = -100, double label_smoothing = 0.0, double scale = 1.0);
+                              int64_t ignore_index = -100, double label_smoothing = 0.0, double scale = 1.0,
+                              const Tensor& count = {});
 
 // Fails naming the first target (a CPU tensor, i64 or i32) that is neither in [0, classes) nor
 // ignore_index.
 void check_targets(const Tensor& targets, int64_t classes, int64_t ignore_index);
+
+// The error for target `value` at `row`; `late`: a CUDA check read after the op returned.
+[[noreturn]] void throw_bad_target(int64_t value, int64_t row, int64_t classes, int64_t ignore_index,
+                                   bool late = false);
 
 }  // namespace kiln::ops

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include <kiln/core/cuda/deferred_check.h>
 #include <kiln/core/cuda/index.h>
 #include <kiln/core/cuda/runtime.h>
 #include <kiln/core/dispatch.h>
@@ -38,12 +39,15 @@ Shape unravel(int64_t flat, const Shape& shape) {
   return pos;
 }
 
-// The error for index value `v` at row-major position `position` of `index` (CPU and CUDA alike).
-[[noreturn]] void throw_bad_index(const char* op, const Tensor& index, int64_t position, int64_t v, int64_t size,
-                                  const IndexTarget& target) {
-  KILN_CHECK_INDEX(false, op, ": index ", v, " at position ", unravel(position, index.shape()),
-                   " is out of range [0, ", size, ") for dim ", target.dim, " of the ", target.name, " of shape ",
-                   target.shape);
+// The error for index value `v` at row-major position `position` of an index of shape
+// `index_shape` (CPU and CUDA alike); `late`: a CUDA check read after the op returned.
+[[noreturn]] void throw_bad_index(const char* op, const Shape& index_shape, int64_t position, int64_t v, int64_t size,
+                                  const IndexTarget& target, bool late = false) {
+  KILN_CHECK_INDEX(false, op, ": index ", v, " at position ", unravel(position, index_shape), " is out of range [0, ",
+                   size, ") for dim ", target.dim, " of the ", target.name, " of shape ", target.shape,
+                   late ? " (reported late: checked on the device and read at a later host sync, see Note [Deferred "
+                          "device checks]; KILN_CUDA_CHECKS=immediate reports it from the op itself)"
+                        : "");
   std::abort();  // not reached
 }
 
@@ -55,7 +59,7 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_
     const I* p = static_cast<const I*>(ic.data_ptr());
     for (size_t i = 0; i < out.size(); ++i) {
       const int64_t v = static_cast<int64_t>(p[i]);
-      if (v < 0 || v >= size) throw_bad_index(op, index, int64_t(i), v, size, target);
+      if (v < 0 || v >= size) throw_bad_index(op, index.shape(), int64_t(i), v, size, target);
       out[i] = v;
     }
   });
@@ -65,7 +69,16 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_
 // Throws the CPU's message for a fault a CUDA kernel reported.
 void check_fault(const char* op, const Tensor& index, const cuda::IndexFault& f, int64_t size,
                  const IndexTarget& target) {
-  if (f) throw_bad_index(op, index, f.position, f.value, size, target);
+  if (f) throw_bad_index(op, index.shape(), f.position, f.value, size, target);
+}
+
+// The same for a CUDA fault record, now or later (Note [Deferred device checks]).
+void report_fault(const char* op, const Tensor& index, const Tensor& record, int64_t size, const IndexTarget& target) {
+  if constexpr (cuda::kBuilt)
+    cuda::check_fault_record(record, [op, index_shape = index.shape(), size, name = target.name, dim = target.dim,
+                                      shape = target.shape](int64_t position, int64_t value, bool late) {
+      throw_bad_index(op, index_shape, position, value, size, {name, dim, shape}, late);
+    });
 }
 
 // A target written through strides must not have two positions on one element (a broadcast view).
@@ -139,8 +152,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       Shape out_shape = x.shape();
       out_shape[dim] = index.numel();
       Tensor out = empty(out_shape, x.dtype(), x.device());
-      check_fault("index_select", index, cuda::index_select(x, dim, index, out), x.size(dim),
-                  {"input", dim, x.shape()});
+      report_fault("index_select", index, cuda::index_select(x, dim, index, out), x.size(dim),
+                   {"input", dim, x.shape()});
       return out;
     }
   }
@@ -165,7 +178,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   if constexpr (cuda::kBuilt) {
     if (gpu) {
       Tensor out = empty(index.shape(), x.dtype(), x.device());
-      check_fault("gather", index, cuda::gather(x, dim, index, out), x.size(dim), {"input", dim, x.shape()});
+      report_fault("gather", index, cuda::gather(x, dim, index, out), x.size(dim), {"input", dim, x.shape()});
       return out;
     }
   }
@@ -275,7 +288,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
       Shape out_shape = ids.shape();
       out_shape.push_back(weight.size(1));
       Tensor out = empty(out_shape, weight.dtype(), weight.device());
-      check_fault("embedding", ids, cuda::embedding(weight, ids, out), weight.size(0), {"weight", 0, weight.shape()});
+      report_fault("embedding", ids, cuda::embedding(weight, ids, out), weight.size(0), {"weight", 0, weight.shape()});
       return out;
     }
   }
@@ -299,7 +312,7 @@ Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num
   if constexpr (cuda::kBuilt) {
     if (gpu) {
       Tensor out = empty(table, grad_out.dtype(), grad_out.device());
-      check_fault("embedding_backward", ids, cuda::embedding_backward(grad_out, ids, num_embeddings, out),
+      report_fault("embedding_backward", ids, cuda::embedding_backward(grad_out, ids, num_embeddings, out),
                   num_embeddings, {"gradient table", 0, table});
       return out;
     }

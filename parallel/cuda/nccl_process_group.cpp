@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -60,17 +61,35 @@ ncclRedOp_t nccl_op(ReduceOp op, DType t, const char* name) {
 struct Comm {
   ncclComm_t comm = nullptr;
   int device = 0;
+  Millis timeout = kDefaultTimeout;  // also bounds the finalize at destruction
   cuda::Stream stream;
   bool aborted = false;
   std::string first_failure;
 
+  // Finalize flushes outstanding work (destroying without it can hang peers on shutdown). On this
+  // non-blocking communicator it only starts that: the state reads ncclInProgress until the
+  // communicator is quiescent, and only then may ncclCommDestroy free it. A failure, or no
+  // quiescence within the timeout (a dead peer), aborts it instead of hanging the exit.
   ~Comm() {
-    if (!comm) return;
-    if (aborted) return;  // already aborted (and freed by ncclCommAbort)
-    cuda::DeviceGuard guard(device);
-    // Finalize flushes outstanding work; destroying without it can hang peers on shutdown.
-    (void)ncclCommFinalize(comm);
-    (void)ncclCommDestroy(comm);
+    if (!comm || aborted) return;  // an aborted communicator was freed by ncclCommAbort
+    try {
+      cuda::DeviceGuard guard(device);
+      ncclResult_t state = ncclCommFinalize(comm);
+      const auto deadline = Clock::now() + timeout;
+      while (state == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        state = async_error();
+      }
+      if (state == ncclSuccess) {
+        (void)ncclCommDestroy(comm);
+        return;
+      }
+      std::fprintf(stderr, "kiln: nccl: finalizing the communicator %s; aborting it\n",
+                   state == ncclInProgress ? "timed out" : ncclGetErrorString(state));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln: nccl: finalizing the communicator failed: %s; aborting it\n", e.what());
+    }
+    (void)ncclCommAbort(comm);
   }
 
   // Non-success when the communicator reported an asynchronous error (a peer died, a network
@@ -99,6 +118,7 @@ class NcclWork final : public Work {
   }
 
   void wait() override {
+    check_not_aborted();
     // The caller's stream (on the group's device) continues only after the collective.
     done_.wait(cuda::current_stream(comm_->device));
     if (blocking_) wait_host();
@@ -108,8 +128,13 @@ class NcclWork final : public Work {
 
   // Polls until the collective finished, the communicator failed or the timeout passed.
   void wait_host() {
+    cuda::note_host_sync();
     auto deadline = Clock::now() + timeout_;
-    while (!done_.query()) {
+    for (;;) {
+      // After an abort (another Work's failure) the communicator is freed, and this collective's
+      // event completes only because NCCL's kernels quit: its result is garbage, never success.
+      check_not_aborted();
+      if (done_.query()) return;
       ncclResult_t err = comm_->async_error();
       if (err != ncclSuccess && err != ncclInProgress) {
         std::string why = detail::str_cat("nccl ", what_, " #", seq_, " failed: ", ncclGetErrorString(err),
@@ -129,6 +154,11 @@ class NcclWork final : public Work {
   }
 
  private:
+  void check_not_aborted() const {
+    KILN_CHECK_DIST(!comm_->aborted, "nccl ", what_, " #", seq_, ": the process group was aborted by an earlier "
+                    "failure: ", comm_->first_failure);
+  }
+
   std::shared_ptr<Comm> comm_;
   std::string what_;
   uint64_t seq_;
@@ -160,9 +190,13 @@ class NcclProcessGroup final : public ProcessGroup {
     // Non-blocking init so a rank that never arrives turns into a timeout, not a hang.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
+    comm_->timeout = options.timeout_;
     ncclResult_t r = ncclCommInitRankConfig(&comm_->comm, size, id, rank, &config);
-    KILN_CHECK_DIST(r == ncclSuccess || r == ncclInProgress, "nccl process group: ncclCommInitRankConfig failed on rank ",
-                    rank, ": ", ncclGetErrorString(r));
+    if (r != ncclSuccess && r != ncclInProgress) {
+      if (comm_->comm) comm_->abort("init failed");  // a half-made communicator is aborted, never finalized
+      KILN_CHECK_DIST(false, "nccl process group: ncclCommInitRankConfig failed on rank ", rank, ": ",
+                      ncclGetErrorString(r));
+    }
     auto deadline = Clock::now() + options.timeout_;
     for (;;) {
       ncclResult_t state = comm_->async_error();

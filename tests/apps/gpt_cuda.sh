@@ -3,7 +3,8 @@
 #  1. f32 on cuda follows the CPU run of the same config (losses and final weights within 2e-3:
 #     cuBLAS and the CUDA reductions sum in other orders, and 12 AdamW steps amplify that);
 #  2. bf16 autocast on cuda trains (final loss well below the first);
-#  3. two NCCL ranks sharing the GPU equal one process accumulating two micro-batches (1e-4).
+#  3. two NCCL ranks sharing the GPU equal one process accumulating two micro-batches (1e-4);
+#  4. --recompute (activation checkpointing) on cuda follows the plain cuda run (1e-6).
 # Usage: gpt_cuda.sh BIN_DIR WORK_DIR
 set -euo pipefail
 bin=$1 work=$2
@@ -38,9 +39,13 @@ PY
 
 "$bin/train_gpt" "${common[@]}" --device cuda --checkpoint-dir "$work/one" --metrics "$work/one.jsonl" >/dev/null
 "$bin/kiln-run" --nproc-per-node 2 --standalone /bin/sh -c \
-  'NCCL_HOSTID=kiln-gpt-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 exec "$0" "$@"' "$bin/train_gpt" \
+  'NCCL_HOSTID=kiln-gpt-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_MNNVL_ENABLE=0 exec "$0" "$@"' "$bin/train_gpt" \
   "${common[@]}" --device cuda --checkpoint-dir "$work/two" --metrics "$work/two.jsonl" \
   | grep "world 2 x B 4 x T 64 x accum 1" >/dev/null
 python3 "$here/jsonl_losses.py" close "$work/one.jsonl" "$work/two.jsonl" \
   "$work/one/step_12.safetensors" "$work/two/step_12.safetensors" 1e-4
-echo "gpt_cuda: all three checks passed"
+"$bin/train_gpt" "${common[@]}" --device cuda --recompute --checkpoint-dir "$work/recompute" \
+  --metrics "$work/recompute.jsonl" >/dev/null
+python3 "$here/jsonl_losses.py" close "$work/gpu.jsonl" "$work/recompute.jsonl" \
+  "$work/gpu/step_12.safetensors" "$work/recompute/step_12.safetensors" 1e-6
+echo "gpt_cuda: all four checks passed"

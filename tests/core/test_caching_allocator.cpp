@@ -41,6 +41,7 @@ class FakeDevice final : public cuda::DeviceMemory {
     ++free_calls;
   }
   void* record_event(Stream s) override {
+    if (fail_events) throw Error("fake cudaEventRecord failure");
     events_.push_back({s, false, false});
     return reinterpret_cast<void*>(events_.size());  // id = index + 1
   }
@@ -69,6 +70,7 @@ class FakeDevice final : public cuda::DeviceMemory {
   size_t segments() const { return segments_.size(); }
 
   int malloc_calls = 0, free_calls = 0, synchronized = 0;
+  bool fail_events = false;  // record_event throws, as a failed cudaEventRecord does
 
  private:
   struct Event {
@@ -263,6 +265,26 @@ TEST_CASE("record_stream defers reuse until the other stream's work is done") {
   CHECK(alloc2.stats().pending_frees == 1);
 
   CHECK_ERROR_CONTAINS(alloc.record_stream(reinterpret_cast<void*>(0x42), kB), "record_stream", "cuda:0");
+}
+
+TEST_CASE("a block whose event cannot be recorded is never reused nor merged into a neighbour") {
+  FakeDevice dev;
+  CachingAllocator alloc(dev, "cuda:0");
+  void* p = alloc.allocate(4096, kA);
+  void* q = alloc.allocate(4096, kA);  // p's neighbour in the same segment
+  alloc.record_stream(p, kB);
+  dev.fail_events = true;
+  CHECK_ERROR_CONTAINS(alloc.free(p), "fake cudaEventRecord failure");
+  dev.fail_events = false;
+  CHECK_FALSE(alloc.owns(p));
+  alloc.free(q);  // q must not coalesce with p, which kB may still be using
+  auto segs = alloc.snapshot();
+  REQUIRE(segs.size() == 1);
+  REQUIRE(segs[0].blocks.size() >= 2);
+  CHECK(segs[0].blocks[0].offset == 0);
+  CHECK(segs[0].blocks[0].size == 4096);
+  CHECK(segs[0].blocks[0].pending);
+  for (int i = 0; i < 4; ++i) CHECK(alloc.allocate(4096, kA) != p);  // never handed out again
 }
 
 TEST_CASE("empty_cache waits for deferred frees and keeps segments with live blocks") {

@@ -87,7 +87,9 @@ TEST_CASE("cross_entropy_forward matches double loops in every dtype, for i64 an
           CHECK(r.loss.dtype() == ldt);
           CHECK(r.lse.dtype() == ldt);
           CHECK(r.loss.shape() == Shape{n});
-          CHECK(r.count == ref.count);
+          CHECK(r.count.dtype() == DType::i64);
+          CHECK(r.count.dim() == 0);
+          CHECK(r.count.item() == double(ref.count));
           test::check_close(r.loss, ref.loss, rtol, rtol, "loss");
           test::check_close(r.lse, ref.lse, rtol, rtol, "lse");
         }
@@ -151,9 +153,15 @@ TEST_CASE("cross_entropy_backward matches the analytic gradient in every dtype")
                           dt == DType::f64 ? 1e-12 : rtol * 1e-2, "per-row grad");
         // One upstream value for every row, scaled (reduction mean).
         Tensor one = scalar_tensor(1.5, DType::f64);
-        Tensor dm = ops::cross_entropy_backward(one, x, ids(t, DType::i32), r.lse, -1, ls, 1.0 / double(r.count));
-        test::check_close(dm, test::rounded(reference_grad(xv, c, t, -1, ls, {1.5}, 1.0 / double(r.count)), dt),
+        Tensor dm = ops::cross_entropy_backward(one, x, ids(t, DType::i32), r.lse, -1, ls, 1.0 / r.count.item());
+        test::check_close(dm, test::rounded(reference_grad(xv, c, t, -1, ls, {1.5}, 1.0 / r.count.item()), dt),
                           rtol, dt == DType::f64 ? 1e-12 : rtol * 1e-2, "scaled grad");
+        // The same scale from the forward's count tensor (what the mean reduction passes): bitwise.
+        Tensor dc = ops::cross_entropy_backward(one, x, ids(t, DType::i32), r.lse, -1, ls, 1.0, r.count);
+        CHECK(test::values(dc) == test::values(dm));
+        Tensor dc2 = ops::cross_entropy_backward(one, x, ids(t, DType::i32), r.lse, -1, ls, 2.0, r.count);
+        test::check_close(dc2, test::rounded(reference_grad(xv, c, t, -1, ls, {3.0}, 1.0 / r.count.item()), dt),
+                          rtol, dt == DType::f64 ? 1e-12 : rtol * 1e-2, "scale times 1 / count");
       }
     }
   }
@@ -205,14 +213,14 @@ TEST_CASE("cross_entropy ops: -inf logits add nothing; a row of -inf is NaN; NaN
 TEST_CASE("cross_entropy ops: all rows ignored, empty batches") {
   Tensor x = test::random({3, 4}, DType::f32, 31);
   ops::CrossEntropyResult r = ops::cross_entropy_forward(x, ids({-100, -100, -100}));
-  CHECK(r.count == 0);
+  CHECK(r.count.item() == 0);
   CHECK(test::values(r.loss) == std::vector<double>(3, 0.0));
   // scale = 1 / 0 for a mean over no rows: ignored rows still get a zero gradient.
   Tensor d = ops::cross_entropy_backward(scalar_tensor(1.0), x, ids({-100, -100, -100}), r.lse, -100, 0.0, INFINITY);
   CHECK(test::values(d) == std::vector<double>(12, 0.0));
   ops::CrossEntropyResult e = ops::cross_entropy_forward(empty({0, 5}), empty({0}, DType::i64));
   CHECK(e.loss.shape() == Shape{0});
-  CHECK(e.count == 0);
+  CHECK(e.count.item() == 0);
   CHECK(ops::cross_entropy_backward(empty({0}), empty({0, 5}), empty({0}, DType::i64), e.lse).shape() == Shape{0, 5});
 }
 
@@ -231,4 +239,6 @@ TEST_CASE("cross_entropy ops: bad targets, shapes and dtypes are errors naming t
                        "grad_loss", "[2]");
   CHECK_ERROR_CONTAINS(ops::cross_entropy_backward(ones({3}), x, ids({0, 1, 2}), ones({4})), "lse", "[4]");
   CHECK_ERROR_CONTAINS(ops::cross_entropy_backward(ones({3}), x, ids({0, 9, 2}), r.lse), "target 9", "row 1");
+  CHECK_ERROR_CONTAINS(ops::cross_entropy_backward(ones({3}), x, ids({0, 1, 2}), r.lse, -100, 0.0, 1.0, ones({})),
+                       "count", "i64");
 }

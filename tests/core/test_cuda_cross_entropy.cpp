@@ -35,7 +35,9 @@ void check_ops(int64_t n, int64_t c, DType dt, DType index_dt, double ls, bool s
   Tensor t = ids(make_targets(n, c, -100, uint64_t(c)), index_dt);
   ops::CrossEntropyResult want = ops::cross_entropy_forward(x, t, -100, ls);
   ops::CrossEntropyResult got = ops::cross_entropy_forward(test::to_cuda(x, strided), test::to_cuda(t, strided), -100, ls);
-  CHECK(got.count == want.count);
+  CHECK(got.count.device().is_cuda());
+  CHECK(got.count.dtype() == DType::i64);
+  CHECK(got.count.item() == want.count.item());
   test::check_cuda_matches(got.loss, want.loss, loss_tol, loss_tol, "loss");
   test::check_cuda_matches(got.lse, want.lse, loss_tol, loss_tol, "lse");
 
@@ -47,12 +49,20 @@ void check_ops(int64_t n, int64_t c, DType dt, DType index_dt, double ls, bool s
   Tensor d_got = ops::cross_entropy_backward(test::to_cuda(g), test::to_cuda(x, strided), test::to_cuda(t, strided),
                                              want.lse.to(Device::cuda()), -100, ls);
   test::check_cuda_matches(d_got, d_want, rtol, rtol * 1e-2, "dlogits");
-  const double scale = 1.0 / double(std::max<int64_t>(1, want.count));
+  const double scale = 1.0 / std::max(1.0, want.count.item());
   Tensor one = scalar_tensor(0.75, ldt);
   Tensor m_want = ops::cross_entropy_backward(one, x, t, want.lse, -100, ls, scale);
   Tensor m_got = ops::cross_entropy_backward(one.to(Device::cuda()), test::to_cuda(x, strided),
                                              test::to_cuda(t, strided), want.lse.to(Device::cuda()), -100, ls, scale);
   test::check_cuda_matches(m_got, m_want, rtol, rtol * 1e-2, "dlogits, one upstream value");
+  if (want.count.item() > 0) {
+    // The mean's divisor read on the device (the count tensor) against the CPU's host division.
+    Tensor c_want = ops::cross_entropy_backward(one, x, t, want.lse, -100, ls, 0.5, want.count);
+    Tensor c_got = ops::cross_entropy_backward(one.to(Device::cuda()), test::to_cuda(x, strided),
+                                               test::to_cuda(t, strided), want.lse.to(Device::cuda()), -100, ls, 0.5,
+                                               got.count);
+    test::check_cuda_matches(c_got, c_want, rtol, rtol * 1e-2, "dlogits, scale times 1 / the device count");
+  }
 }
 
 }  // namespace
@@ -73,7 +83,7 @@ TEST_CASE("CUDA cross_entropy ops: non-contiguous logits and targets, custom ign
   Tensor t = ids({2, 2, 0, 4, 2, 1});
   ops::CrossEntropyResult want = ops::cross_entropy_forward(x, t, 2, 0.0);
   ops::CrossEntropyResult got = ops::cross_entropy_forward(x.to(Device::cuda()), t.to(Device::cuda()), 2, 0.0);
-  CHECK(got.count == 3);
+  CHECK(got.count.item() == 3);
   test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "ignore_index 2");
 }
 
@@ -95,22 +105,51 @@ TEST_CASE("CUDA cross_entropy ops: special values and ignored rows") {
   // Every row ignored: count 0, a mean's scale of 1/0 still gives zeros.
   Tensor all = ids({-100, -100, -100, -100}).to(Device::cuda());
   ops::CrossEntropyResult none = ops::cross_entropy_forward(x.to(Device::cuda()), all);
-  CHECK(none.count == 0);
+  CHECK(none.count.item() == 0);
   Tensor dz = ops::cross_entropy_backward(scalar_tensor(1.0).to(Device::cuda()), x.to(Device::cuda()), all, none.lse,
                                           -100, 0.0, INFINITY);
   CHECK(test::values(dz) == std::vector<double>(12, 0.0));
 }
 
-TEST_CASE("CUDA cross_entropy: an out-of-range target names its value and row") {
+TEST_CASE("CUDA cross_entropy: an out-of-range target names its value and row, immediately or deferred") {
   test::require_cuda();
   Tensor x = test::random({5, 4}, DType::f32, 10).to(Device::cuda());
-  CHECK_ERROR_CONTAINS(ops::cross_entropy_forward(x, ids({0, 1, 2, 9, -3}).to(Device::cuda())), "cross_entropy",
-                       "target 9", "row 3", "4 classes");
-  CHECK_ERROR_CONTAINS(ops::cross_entropy_forward(x, ids({0, -2, 2, 3, 1}, DType::i32).to(Device::cuda())),
-                       "target -2", "row 1");
+  Tensor bad64 = ids({0, 1, 2, 9, -3}).to(Device::cuda()), bad32 = ids({0, -2, 2, 3, 1}, DType::i32).to(Device::cuda());
+  // Immediate: the op itself throws, with the CPU's message.
+  cuda::set_check_mode(cuda::CheckMode::immediate);
+  CHECK_ERROR_CONTAINS(ops::cross_entropy_forward(x, bad64), "cross_entropy", "target 9", "row 3", "4 classes");
+  CHECK_ERROR_CONTAINS(ops::cross_entropy_forward(x, bad32), "target -2", "row 1");
+  // Deferred (Note [Deferred device checks]): the op returns without a host sync; the same message,
+  // marked late, comes at the next check (or the next blocking read from the device).
+  cuda::set_check_mode(cuda::CheckMode::deferred);
+  const int64_t syncs = cuda::host_sync_count();
+  ops::CrossEntropyResult r = ops::cross_entropy_forward(x, bad64);
+  CHECK(cuda::host_sync_count() == syncs);
+  CHECK(cuda::deferred_faults_pending() == 1);
+  CHECK_ERROR_CONTAINS(cuda::check_deferred_faults(/*wait=*/true), "cross_entropy", "target 9", "row 3",
+                       "4 classes", "reported late");
+  CHECK(cuda::deferred_faults_pending() == 0);
+  (void)ops::cross_entropy_forward(x, bad32);
+  CHECK_ERROR_CONTAINS(r.loss.to(Device::cpu()), "target -2", "row 1", "reported late");
   CHECK_ERROR_CONTAINS(ops::cross_entropy_forward(x, ids({0, 1, 2, 3, 1})), "cross_entropy", "cuda:0", "cpu");
-  // The device is still usable afterwards.
-  CHECK(ops::cross_entropy_forward(x, ids({0, 1, 2, 3, 1}).to(Device::cuda())).count == 5);
+  // The device is still usable afterwards, and a good batch leaves nothing to report.
+  CHECK(ops::cross_entropy_forward(x, ids({0, 1, 2, 3, 1}).to(Device::cuda())).count.item() == 5);
+  cuda::check_deferred_faults(/*wait=*/true);
+}
+
+TEST_CASE("CUDA kiln::cross_entropy with a mean reduction reads nothing back") {
+  test::require_cuda();
+  Tensor x = test::random({6, 7}, DType::f32, 19).to(Device::cuda()).detach().requires_grad_();
+  Tensor t = ids({0, -100, 6, 3, -100, 1}).to(Device::cuda());
+  const int64_t syncs = cuda::host_sync_count();
+  Tensor loss = cross_entropy(x, t);
+  loss.backward();
+  CHECK(cuda::host_sync_count() == syncs);
+  Tensor xc = x.detach().to(Device::cpu()).requires_grad_();
+  Tensor lc = cross_entropy(xc, t.to(Device::cpu()));
+  lc.backward();
+  test::check_cuda_matches(loss.detach(), lc.detach(), 1e-6, 1e-6, "mean over the 4 counted rows");
+  test::check_cuda_matches(x.grad(), xc.grad(), 1e-5, 1e-7, "grad");
 }
 
 TEST_CASE("CUDA kiln::cross_entropy matches the CPU for every reduction, forward and backward") {
@@ -155,10 +194,10 @@ TEST_CASE("CUDA cross_entropy on a GPT-2-sized (8192, 50257) bf16 batch") {
   CHECK(got.loss.shape() == Shape{n});
   CHECK(got.loss.dtype() == DType::f32);
   ops::CrossEntropyResult want = ops::cross_entropy_forward(x_cpu, ids(t), -1, 0.0);
-  CHECK(got.count == want.count);
+  CHECK(got.count.item() == want.count.item());
   test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "loss");
-  Tensor d = ops::cross_entropy_backward(scalar_tensor(1.0).to(Device::cuda()), x, td, got.lse, -1, 0.0,
-                                         1.0 / double(got.count));
+  Tensor d = ops::cross_entropy_backward(scalar_tensor(1.0).to(Device::cuda()), x, td, got.lse, -1, 0.0, 1.0,
+                                         got.count);
   CHECK(d.dtype() == DType::bf16);
   CHECK(d.shape() == Shape{n, c});
   // Spot-check the first and last rows against the CPU (the whole CPU gradient is 400M values).
@@ -166,7 +205,7 @@ TEST_CASE("CUDA cross_entropy on a GPT-2-sized (8192, 50257) bf16 batch") {
     Tensor rows = x_cpu.narrow(0, r0, 3);
     Tensor tr = ids(std::vector<int64_t>(t.begin() + r0, t.begin() + r0 + 3));
     Tensor dw = ops::cross_entropy_backward(scalar_tensor(1.0), rows, tr, want.lse.narrow(0, r0, 3), -1, 0.0,
-                                            1.0 / double(want.count));
+                                            1.0 / want.count.item());
     test::check_cuda_matches(d.narrow(0, r0, 3), dw, 1e-2, 1e-6, "dlogits rows");
   }
 }

@@ -241,32 +241,71 @@ TEST_CASE("embedding_backward with repeated ids equals the CPU and is bitwise st
 
 TEST_CASE("out-of-range indices on the GPU give the CPU's message, and in-place ops write nothing") {
   test::require_cuda();
-  auto cuda_i64 = [](std::vector<int64_t> v, Shape shape) { return from_vector<int64_t>(v, shape).to(Device::cuda()); };
-  Tensor x = test::random({5, 3}, DType::f32, 1).to(Device::cuda());
-  CHECK_ERROR_CONTAINS(ops::index_select(x, 0, cuda_i64({0, 7}, {2})), "index_select", "index 7", "position [1]",
-                       "[0, 5)", "dim 0", "[5, 3]");
-  CHECK_ERROR_CONTAINS(ops::index_select(x, 1, from_vector<int32_t>({-1}, {1}).to(Device::cuda())), "index_select",
-                       "index -1", "[0, 3)");
-  // The first bad position wins, whatever the thread order.
-  CHECK_ERROR_CONTAINS(ops::index_select(x, 0, cuda_i64({1, 9, 2, 8, 6}, {5})), "index 9", "position [1]");
-  Tensor gi = zeros({2, 3}, DType::i64);
-  gi.select(0, 1).select(0, 2).fill_(9);
-  gi.select(0, 1).select(0, 0).fill_(-3);
-  CHECK_ERROR_CONTAINS(ops::gather(x, 0, gi.to(Device::cuda())), "gather", "index -3", "position [1, 0]", "[0, 5)");
-  Tensor self = zeros({5, 3}).to(Device::cuda());
-  CHECK_ERROR_CONTAINS(ops::scatter_add_(self, 1, gi.to(Device::cuda()), x), "scatter_add_", "index -3", "[0, 3)");
-  CHECK(test::values(self) == std::vector<double>(15, 0.0));
-  CHECK_ERROR_CONTAINS(ops::index_add_(self, 0, cuda_i64({2, 5}, {2}), zeros({2, 3}).to(Device::cuda())),
-                       "index_add_", "index 5", "position [1]", "[0, 5)");
-  CHECK(test::values(self) == std::vector<double>(15, 0.0));
-  Tensor w = zeros({10, 4}).to(Device::cuda());
-  CHECK_ERROR_CONTAINS(ops::embedding(w, cuda_i64({1, 2, 10, 3}, {2, 2})), "embedding", "index 10", "position [1, 0]",
-                       "[0, 10)");
-  CHECK_ERROR_CONTAINS(ops::embedding_backward(zeros({2, 4}).to(Device::cuda()), cuda_i64({3, 12}, {2}), 10),
-                       "embedding_backward", "index 12", "position [1]", "[0, 10)");
-  // Bad positions in a strided index are reported in logical order, with the logical value.
-  Tensor strided = stepped_on_device(from_vector<int64_t>({0, 1, 11, 2}, {4}));
-  CHECK_ERROR_CONTAINS(ops::embedding(w, strided), "index 11", "position [2]");
+  for (cuda::CheckMode mode : {cuda::CheckMode::immediate, cuda::CheckMode::deferred}) {
+    const bool late = mode == cuda::CheckMode::deferred;
+    CAPTURE(late);
+    cuda::set_check_mode(mode);
+    // A lookup's fault: thrown by the op (immediate), or by the next check (deferred, marked late).
+    auto reported = [&](const std::function<void()>& op) {
+      op();
+      if (late) cuda::check_deferred_faults(/*wait=*/true);
+    };
+    const char* when = late ? "reported late" : "";
+    auto cuda_i64 = [](std::vector<int64_t> v, Shape shape) { return from_vector<int64_t>(v, shape).to(Device::cuda()); };
+    Tensor x = test::random({5, 3}, DType::f32, 1).to(Device::cuda());
+    CHECK_ERROR_CONTAINS(reported([&] { ops::index_select(x, 0, cuda_i64({0, 7}, {2})); }), "index_select", "index 7",
+                         "position [1]", "[0, 5)", "dim 0", "[5, 3]", when);
+    CHECK_ERROR_CONTAINS(reported([&] { ops::index_select(x, 1, from_vector<int32_t>({-1}, {1}).to(Device::cuda())); }),
+                         "index_select", "index -1", "[0, 3)", when);
+    // The first bad position wins, whatever the thread order.
+    CHECK_ERROR_CONTAINS(reported([&] { ops::index_select(x, 0, cuda_i64({1, 9, 2, 8, 6}, {5})); }), "index 9",
+                         "position [1]");
+    Tensor gi = zeros({2, 3}, DType::i64);
+    gi.select(0, 1).select(0, 2).fill_(9);
+    gi.select(0, 1).select(0, 0).fill_(-3);
+    CHECK_ERROR_CONTAINS(reported([&] { ops::gather(x, 0, gi.to(Device::cuda())); }), "gather", "index -3",
+                         "position [1, 0]", "[0, 5)", when);
+    // In-place accumulations check before writing, in both modes (never "late").
+    Tensor self = zeros({5, 3}).to(Device::cuda());
+    CHECK_ERROR_CONTAINS(ops::scatter_add_(self, 1, gi.to(Device::cuda()), x), "scatter_add_", "index -3", "[0, 3)");
+    CHECK(test::values(self) == std::vector<double>(15, 0.0));
+    CHECK_ERROR_CONTAINS(ops::index_add_(self, 0, cuda_i64({2, 5}, {2}), zeros({2, 3}).to(Device::cuda())),
+                         "index_add_", "index 5", "position [1]", "[0, 5)");
+    CHECK(test::values(self) == std::vector<double>(15, 0.0));
+    Tensor w = zeros({10, 4}).to(Device::cuda());
+    CHECK_ERROR_CONTAINS(reported([&] { ops::embedding(w, cuda_i64({1, 2, 10, 3}, {2, 2})); }), "embedding",
+                         "index 10", "position [1, 0]", "[0, 10)", when);
+    CHECK_ERROR_CONTAINS(
+        reported([&] { ops::embedding_backward(zeros({2, 4}).to(Device::cuda()), cuda_i64({3, 12}, {2}), 10); }),
+        "embedding_backward", "index 12", "position [1]", "[0, 10)", when);
+    // Bad positions in a strided index are reported in logical order, with the logical value.
+    Tensor strided = stepped_on_device(from_vector<int64_t>({0, 1, 11, 2}, {4}));
+    CHECK_ERROR_CONTAINS(reported([&] { ops::embedding(w, strided); }), "index 11", "position [2]");
+    CHECK(cuda::deferred_faults_pending() == 0);
+  }
+  cuda::set_check_mode(cuda::CheckMode::deferred);
+}
+
+TEST_CASE("deferred index checks: lookups and embedding_backward make no host sync; a blocking read reports") {
+  test::require_cuda();
+  cuda::set_check_mode(cuda::CheckMode::deferred);
+  Tensor w = test::random({10, 4}, DType::f32, 3).to(Device::cuda());
+  Tensor good = from_vector<int64_t>({1, 2, 9, 3}, {2, 2}).to(Device::cuda());
+  Tensor bad = from_vector<int64_t>({1, 12, 9, 3}, {2, 2}).to(Device::cuda());
+  Tensor grad = test::random({2, 2, 4}, DType::f32, 4).to(Device::cuda());
+  const int64_t syncs = cuda::host_sync_count();
+  Tensor e = ops::embedding(w, good);
+  Tensor g = ops::embedding_backward(grad, good, 10);
+  Tensor eb = ops::embedding(w, bad);  // a fault, queued
+  CHECK(cuda::host_sync_count() == syncs);
+  CHECK(cuda::deferred_faults_pending() >= 1);
+  // The first blocking read from the device reports it, with the op's message; the bad row is zeros.
+  CHECK_ERROR_CONTAINS(eb.to(Device::cpu()), "embedding", "index 12", "position [0, 1]", "reported late");
+  CHECK(cuda::deferred_faults_pending() == 0);
+  CHECK(test::values(eb.select(0, 0).select(0, 1)) == std::vector<double>(4, 0.0));
+  exact(e, ops::embedding(w.to(Device::cpu()), good.to(Device::cpu())), "embedding");
+  exact(g, ops::embedding_backward(grad.to(Device::cpu()), good.to(Device::cpu()), 10), "embedding_backward");
+  cuda::check_deferred_faults(/*wait=*/true);  // nothing left
 }
 
 TEST_CASE("index ops check dtypes and devices on the GPU") {

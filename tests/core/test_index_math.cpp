@@ -80,3 +80,29 @@ TEST_CASE("make_strided refuses more dims than the kernels hold") {
   ones.push_back(3);
   CHECK(make_strided<1>(ones, {contiguous_strides(ones)}).nd == 1);  // size-1 dims do not count
 }
+
+TEST_CASE("make_strided: a 0-dim shape, a skipped only dim, and offsets past 2^32") {
+  // A scalar index (index_select with a 0-dim index): no dims, every offset 0.
+  auto scalar = make_strided<2>(Shape{}, {Strides{}, Strides{}});
+  CHECK(scalar.nd == 0);
+  int64_t off[2] = {-1, -1};
+  scalar.offsets(0, off);
+  CHECK(off[0] == 0);
+  CHECK(off[1] == 0);
+  // scatter_add_ on a 1-D index: skipping its only dim leaves one fiber at offset 0.
+  auto fiber = make_strided<1>(Shape{7}, {Strides{3}}, 0);
+  CHECK(fiber.nd == 0);
+  int64_t f[1] = {-1};
+  fiber.offsets(0, f);
+  CHECK(f[0] == 0);
+  // Offsets stay exact in int64 far beyond 32 bits (a (3, 5, 7) view with huge strides).
+  const Shape shape{3, 5, 7};
+  const Strides big{int64_t(1) << 34, int64_t(3) << 31, 1000003};
+  auto g = make_strided<1>(shape, {big});
+  int64_t flat = 0;
+  test::for_each_index(shape, [&](const std::vector<int64_t>& idx) {
+    int64_t o[1];
+    g.offsets(flat++, o);
+    REQUIRE(o[0] == dot(idx, big));
+  });
+}

@@ -77,6 +77,14 @@ TEST_CASE("32-bit index math is used only when every offset fits") {
   Shape big{int64_t(1) << 31};
   Strides one{1};
   CHECK(!cuda::make_offset_calc<1>(big, {&one}).fits_32bit());
+  // The boundary: a last offset of exactly INT32_MAX still fits, one more does not.
+  Shape two{2};
+  Strides edge{INT32_MAX}, past{int64_t(INT32_MAX) + 1};
+  CHECK(cuda::make_offset_calc<1>(two, {&edge}).fits_32bit());
+  CHECK(!cuda::make_offset_calc<1>(two, {&past}).fits_32bit());
+  // When it does not fit, the int64 path still gives every offset exactly (here past 2^34).
+  check_against_walk<2>({3, 5}, {Strides{5, 1}, Strides{int64_t(1) << 34, int64_t(3) << 31}});
+  check_against_walk<2>({4, 3}, {Strides{3, 1}, Strides{int64_t(INT32_MAX) + 1, 0}});  // broadcast column
 }
 
 TEST_CASE("more than 16 dims that cannot merge is an error naming the limit") {

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <thread>
 
+#include <kiln/core/cuda/runtime.h>
 #include <kiln/data/data_loader.h>
 #include <kiln/data/sampler.h>
 
@@ -122,4 +123,13 @@ TEST_CASE("invalid options name the value") {
   auto fn = [](std::span<const int64_t>) { return Batch{}; };
   CHECK_ERROR_CONTAINS(DataLoader(idx, fn, DataLoaderOptions(0)), "batch_size must be >= 1, got 0");
   CHECK_ERROR_CONTAINS(DataLoader(idx, fn, DataLoaderOptions(1).prefetch(0)), "prefetch must be >= 1, got 0");
+}
+
+TEST_CASE("pin_memory and a CUDA device need a usable GPU: a clear error without one") {
+  if (cuda::device_count() > 0) return;  // tests/data/test_cuda_data_loader.cpp covers the GPU
+  std::vector<int64_t> idx{0, 1};
+  auto fn = cifar10_batches(small_set(), AugmentOptions(), 0, 0);
+  CHECK_ERROR_CONTAINS(DataLoader(idx, fn, DataLoaderOptions(1).pin_memory(true)), "pin_memory needs a usable CUDA device");
+  CHECK_ERROR_CONTAINS(DataLoader(idx, fn, DataLoaderOptions(1).device(Device::cuda())),
+                       "a CUDA device needs a usable CUDA device");
 }

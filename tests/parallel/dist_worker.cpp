@@ -371,6 +371,7 @@ int main(int argc, char** argv) {
         ::setenv("NCCL_HOSTID", (std::string("kiln-test-rank-") + rank).c_str(), 1);
         ::setenv("NCCL_SOCKET_IFNAME", "lo", 0);
         ::setenv("NCCL_IB_DISABLE", "1", 0);
+        ::setenv("NCCL_MNNVL_ENABLE", "0", 0);  // no multi-node NVLink between the fake hosts
       }
     }
     auto pg = init_process_group(InitOptions().backend(cuda_run ? "nccl" : "gloo").timeout(timeout));

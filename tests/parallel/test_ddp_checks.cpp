@@ -173,3 +173,71 @@ TEST_CASE("a rank that issues an extra collective is caught by the bucket order 
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
+
+TEST_CASE("Note [Deferred order check]: where the order check is read, and the same results either way") {
+  for (OrderCheck mode : {OrderCheck::automatic, OrderCheck::every_iteration, OrderCheck::deferred})
+    for (bool hooked : {false, true})
+      for (bool unused : {false, true}) {
+        CAPTURE(static_cast<int>(mode));
+        CAPTURE(hooked);
+        CAPTURE(unused);
+        run_ranks(2, [&](ProcessGroup& pg) {
+          test::TrainSpec s;
+          s.net.unused = unused;
+          auto opts = test::small_buckets().order_check(mode).find_unused_parameters(unused);
+          // An f64 comm hook: the codes travel in the side all-reduce.
+          dist::CommHook hook = nullptr;
+          if (hooked)
+            hook = [](ProcessGroup& g, Tensor& grads) {
+              ops::mul_(grads, 0.5);
+              return g.allreduce(grads);
+            };
+          int64_t host = 0, deferred = 0;
+          auto got = test::train_ddp(
+              pg, s, opts,
+              [&](DistributedDataParallel& ddp, int) {
+                host = ddp.reducer().order_checks_on_host();
+                deferred = ddp.reducer().order_checks_deferred();
+                ddp.check_collective_order();  // nothing to report
+              },
+              hook);
+          // On the CPU, automatic reads every iteration; find_unused_parameters always does.
+          const bool read = mode != OrderCheck::deferred || unused;
+          test::expect(host == (read ? s.steps : 0), "iterations read on the host: " + std::to_string(host));
+          test::expect(deferred == (read ? 0 : s.steps), "iterations compared on the device: " + std::to_string(deferred));
+          test::expect_close(got, test::train_reference(s, 2), 1e-5, "parameters on rank " + std::to_string(pg.rank()));
+        });
+      }
+}
+
+TEST_CASE("Note [Deferred order check]: a mismatch compared on the device is reported by check_collective_order") {
+  run_ranks(2, [&](ProcessGroup& pg) {
+    // Three buckets of the same size, as in the test above; static_graph keeps them (no rebuild,
+    // which would read the deferred check at the end of iteration 1).
+    test::NetSpec spec{4, 4, 4};
+    auto net = std::make_shared<test::Net>(1, spec);
+    auto opts = DDPOptions().first_bucket_cap_mb(80.0 / (1 << 20)).bucket_cap_mb(80.0 / (1 << 20))
+                    .static_graph(true).order_check(OrderCheck::deferred);
+    DistributedDataParallel ddp(net, borrow(pg), opts);
+    REQUIRE(ddp.reducer().bucket_count() == 3);
+    Tensor x = test::random({2, 4}, DType::f32, 3);
+    Tensor extra = full({ddp.reducer().buckets()[0].flat.numel()}, 7.0);
+    // Rank 1 issues one collective too many before backward, rank 0 one after: the counts match,
+    // so nothing hangs, but every bucket is summed with the wrong partner.
+    if (pg.rank() == 1) pg.allreduce(extra)->wait();
+    mse_loss(ddp.forward<test::Net>(x), zeros({2, 4})).backward();
+    ddp.finish_gradient_synchronization();  // deferred: no host read, no error yet
+    if (pg.rank() == 0) pg.allreduce(extra)->wait();
+    test::expect(ddp.reducer().order_checks_deferred() == 1 && ddp.reducer().order_checks_on_host() == 0,
+                 "compared on the device");
+    std::string msg = error_of([&] { ddp.check_collective_order(); }, "deferred order check");
+    expect_contains(msg, "collective order mismatch", "order");
+    expect_contains(msg, "rank " + std::to_string(pg.rank()) + " all-reduced bucket 0 of iteration 1", "bucket");
+    expect_contains(msg, pg.rank() == 0 ? "rank 1 contributed bucket 7 of iteration 7"
+                                        : "rank 0 contributed bucket 1 of iteration 1",
+                    "the other rank's codes");
+    expect_contains(msg, "deferred check", "says it was deferred");
+    std::string again = error_of([&] { ddp.finish_gradient_synchronization(); }, "after failure");
+    expect_contains(again, "unusable after an earlier failure", "poisoned");
+  });
+}

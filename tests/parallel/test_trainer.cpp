@@ -173,7 +173,8 @@ TEST_CASE("Trainer: bf16 autocast trains close to f32 but not identically") {
 TEST_CASE("Trainer: f16 with an overflowing micro-step skips the update and backs off the scale") {
   TrainSpec s;
   auto net = make_net(s);
-  Trainer t(net, adamw(*net), nullptr, TrainerOptions().amp(DType::f16).grad_accum_steps(2));
+  // log_every 1: `skipped` is read on the host every step (Note [Trainer host reads]).
+  Trainer t(net, adamw(*net), nullptr, TrainerOptions().amp(DType::f16).grad_accum_steps(2).log_every(1));
   const double inf = std::numeric_limits<double>::infinity();
   auto run = [&](int step, bool poison) {
     return t.step([&](int m) {
@@ -190,6 +191,113 @@ TEST_CASE("Trainer: f16 with an overflowing micro-step skips the update and back
   CHECK(t.global_step() == 2);  // the schedule and the step count advance anyway
   CHECK_FALSE(run(2, false).skipped);
   CHECK(flat_parameters(*net) != before);
+}
+
+TEST_CASE("Trainer: grad_norm and skipped are read on log steps only; the device tensors always hold them") {
+  TrainSpec s;
+  auto net = make_net(s);
+  Trainer t(net, adamw(*net), nullptr,
+            TrainerOptions().amp(DType::f16).clip_grad_norm(0.5).log_every(3)
+                .grad_scaler(optim::GradScalerOptions().init_scale(1024)));
+  const double inf = std::numeric_limits<double>::infinity();
+  auto run = [&](int step, bool poison, bool sync = false) {
+    return t.step(
+        [&](int) {
+          Tensor loss = rows_loss(*net, s, step, 0, 8, 8);
+          return poison ? loss * inf : loss;
+        },
+        StepOptions().sync_loss(sync));
+  };
+  // Step 0: a log step (0 % 3 == 0), clean.
+  StepStats s0 = run(0, false);
+  CHECK(s0.logged);
+  REQUIRE(s0.grad_norm_tensor.defined());
+  REQUIRE(s0.found_inf.defined());
+  CHECK(std::isfinite(s0.grad_norm));
+  CHECK(s0.grad_norm > 0);
+  CHECK(s0.grad_norm == s0.grad_norm_tensor.item());
+  CHECK(s0.grad_norm_tensor.dtype() == DType::f64);
+  CHECK_FALSE(s0.skipped);
+  CHECK(s0.found_inf.item() == 0.0);
+  // Step 1: not a log step and poisoned: nothing read on the host, the tensors know.
+  auto before = flat_parameters(*net);
+  StepStats s1 = run(1, true);
+  CHECK_FALSE(s1.logged);
+  CHECK(std::isnan(s1.loss));
+  CHECK(std::isnan(s1.grad_norm));
+  CHECK_FALSE(s1.skipped);
+  CHECK(s1.found_inf.item() == 1.0);
+  CHECK_FALSE(std::isfinite(s1.grad_norm_tensor.item()));
+  CHECK(flat_parameters(*net) == before);  // skipped on the device flag
+  CHECK(t.grad_scaler().scale_value() == 512.0);
+  // Step 2: not a log step, clean: the update happens, grad_norm stays NaN on the host.
+  StepStats s2 = run(2, false);
+  CHECK(std::isnan(s2.grad_norm));
+  CHECK(std::isfinite(s2.grad_norm_tensor.item()));
+  CHECK(s2.found_inf.item() == 0.0);
+  CHECK(flat_parameters(*net) != before);
+  // Step 4 (not a log step) made one by sync_loss: poisoned, so skipped is read as true.
+  run(3, false);
+  StepStats s4 = run(4, true, /*sync=*/true);
+  CHECK(s4.logged);
+  CHECK(s4.skipped);
+  CHECK_FALSE(std::isfinite(s4.grad_norm));
+  // Without f16 there is no found_inf; without clipping no norm.
+  auto net32 = make_net(s);
+  Trainer plain(net32, adamw(*net32), nullptr, TrainerOptions().log_every(1));
+  StepStats p0 = plain.step([&](int) { return rows_loss(*net32, s, 0, 0, 8, 8); });
+  CHECK(p0.logged);
+  CHECK_FALSE(p0.found_inf.defined());
+  CHECK_FALSE(p0.grad_norm_tensor.defined());
+  CHECK(std::isnan(p0.grad_norm));
+  CHECK_FALSE(p0.skipped);
+}
+
+TEST_CASE("Trainer: the device-flag step equals the host-read loop bitwise (f16, clipping, accumulation, overflows)") {
+  // The loop the Trainer ran before it kept found_inf and the norm on the device: every value read
+  // on the host (GradScaler::found_inf/step's bool, clip_grad_norm's double).
+  TrainSpec s;
+  const int k = 2;
+  const double inf = std::numeric_limits<double>::infinity();
+  auto poisoned = [](int step, int micro) { return (step == 2 && micro == 1) || step == 5; };
+  auto net_a = make_net(s), net_b = make_net(s);
+  Trainer t(net_a, adamw(*net_a), nullptr,
+            TrainerOptions().amp(DType::f16).grad_accum_steps(k).clip_grad_norm(0.3).log_every(1)
+                .grad_scaler(optim::GradScalerOptions().init_scale(4096).growth_interval(3)));
+  auto opt_b = adamw(*net_b);
+  optim::GradScaler scaler(optim::GradScalerOptions().init_scale(4096).growth_interval(3));
+  std::vector<Tensor> params_b = net_b->parameters();
+  for (int step = 0; step < 8; ++step) {
+    CAPTURE(step);
+    StepStats st = t.step([&](int m) {
+      Tensor loss = rows_loss(*net_a, s, step, m * 4, 4, 8);
+      return poisoned(step, m) ? loss * inf : loss;
+    });
+    for (int m = 0; m < k; ++m) {
+      Tensor loss;
+      {
+        AutocastGuard guard(DType::f16, true);
+        loss = rows_loss(*net_b, s, step, m * 4, 4, 8);
+        if (poisoned(step, m)) loss = loss * inf;
+      }
+      scaler.scale(loss * (1.0 / k)).backward();
+    }
+    scaler.unscale_(*opt_b);
+    scaler.set_found_inf(scaler.found_inf());
+    const double norm = optim::clip_grad_norm(params_b, 0.3);
+    const bool stepped = scaler.step(*opt_b);
+    scaler.update();
+    opt_b->zero_grad(true);
+    CHECK(st.skipped == !stepped);
+    CHECK(st.skipped == poisoned(step, 1));
+    if (std::isnan(norm))
+      CHECK(std::isnan(st.grad_norm));
+    else
+      CHECK(st.grad_norm == norm);
+    CHECK(t.grad_scaler().scale_value() == scaler.scale_value());
+    CHECK(t.grad_scaler().growth_tracker() == scaler.growth_tracker());
+    CHECK(flat_parameters(*net_a) == flat_parameters(*net_b));
+  }
 }
 
 TEST_CASE("Trainer: save at step 3 and resume reproduces steps 4..6 bitwise (weights, RNG, schedule, scaler)") {
@@ -277,15 +385,23 @@ TEST_CASE("Trainer, 2 ranks: an f16 overflow on rank 1 only makes both ranks ski
     auto net = make_net(s, test::seed_for_rank(pg.rank()));
     Trainer t(net, adamw(*net), group, TrainerOptions().amp(DType::f16));
     const double inf = std::numeric_limits<double>::infinity();
-    for (int step = 0; step < 3; ++step) {
+    // Rank 1 overflows on steps 1 and 3. Step 1 is made a log step (skipped read on the host);
+    // step 3 is not one (log_every 10): there only the cross-rank device flag says it.
+    auto poisoned = [&](int step) { return (step == 1 || step == 3) && pg.rank() == 1; };
+    for (int step = 0; step < 5; ++step) {
       auto before = flat_parameters(*net);
-      StepStats st = t.step([&](int) {
-        Tensor loss = rows_loss(*net, s, step, pg.rank() * 4, 4, 8);
-        return step == 1 && pg.rank() == 1 ? loss * inf : loss;
-      });
-      test::expect(st.skipped == (step == 1), "rank " + std::to_string(pg.rank()) + " step " + std::to_string(step) +
-                                                  (st.skipped ? " skipped" : " did not skip"));
-      test::expect((flat_parameters(*net) == before) == (step == 1), "weights change exactly when not skipped");
+      StepStats st = t.step(
+          [&](int) {
+            Tensor loss = rows_loss(*net, s, step, pg.rank() * 4, 4, 8);
+            return poisoned(step) ? loss * inf : loss;
+          },
+          StepOptions().sync_loss(step == 1));
+      const bool skip = step == 1 || step == 3;
+      const std::string where = "rank " + std::to_string(pg.rank()) + " step " + std::to_string(step);
+      test::expect(st.logged == (step == 0 || step == 1), where + ": log steps");
+      test::expect(st.skipped == (skip && st.logged), where + (st.skipped ? " skipped" : " did not skip"));
+      test::expect((st.found_inf.item() != 0.0) == skip, where + ": the cross-rank found_inf tensor");
+      test::expect((flat_parameters(*net) == before) == skip, where + ": weights change exactly when not skipped");
     }
   });
 }
