@@ -69,7 +69,7 @@ struct Args {
   std::vector<std::string> torch_modes;
   int threads = 0, rounds = 0, warmup = 2, steps = 10;
   int64_t batch = 0, seq = 0;
-  bool no_torch = false, ddp_overhead = false, bucket_view = false;
+  bool no_torch = false, ddp_overhead = false, bucket_view = false, recompute = false;
   double peak_flops = 0;
 };
 
@@ -118,6 +118,7 @@ std::string run_torch(const Args& a, const BenchConfig& bc, int64_t b, int64_t t
       << " --batch " << b << " --seq " << t << " --warmup " << a.warmup << " --steps " << a.steps << " --n-layer "
       << c.n_layer << " --n-head " << c.n_head << " --n-embd " << c.n_embd << " --block " << c.block_size
       << " --vocab " << c.vocab_size << " --padded-vocab " << c.padded_vocab_size;
+  if (a.recompute) cmd << " --recompute";
   int status = 0;
   const std::string out = bench::run_command(cmd.str(), &status);
   nlohmann::json j;
@@ -182,6 +183,7 @@ int run(Args a) {
                 "of %d steps after %d warm-up, best of %d alternating round(s)\n",
                 a.device.c_str(), a.dtype == "bf16" ? "bf16 autocast" : "f32", threads, a.steps, a.warmup, a.rounds);
   if (cuda) std::printf("%s; peak for MFU %.4g FLOP/s\n", cuda::build_info().c_str(), peak);
+  if (a.recompute) std::printf("activation checkpointing per block (--recompute) on both sides\n");
   if (a.ddp_overhead)
     std::printf("DDP: world size 1, %s process group, bucket_cap_mb 25, gradient_as_bucket_view %s\n",
                 group->backend().c_str(), a.bucket_view ? "true" : "false");
@@ -206,6 +208,7 @@ int run(Args a) {
     apps::BenchStepOptions o;
     o.config = c, o.batch = b, o.seq = t, o.device = device, o.amp = amp, o.warmup = a.warmup, o.steps = a.steps;
     o.gradient_as_bucket_view = a.bucket_view;
+    o.recompute = a.recompute;
     Row row{bc, b, t, {Side{"kiln"}}};
     if (a.ddp_overhead) row.sides.push_back(Side{"kiln + DDP"});
     else if (!a.no_torch)
@@ -314,6 +317,8 @@ int main(int argc, char** argv) {
   app.add_option("--python", a.python, "python with torch for the reference side")->capture_default_str();
   app.add_option("--torch-script", a.script, "path to bench_gpt.py")->capture_default_str();
   app.add_flag("--no-torch", a.no_torch, "only run the Kiln side");
+  app.add_flag("--recompute", a.recompute, "activation checkpointing per block on both sides (Kiln's "
+               "GPT::set_recompute, torch.utils.checkpoint in PyTorch); MFU still counts the model's FLOPs only");
   app.add_flag("--ddp-overhead", a.ddp_overhead, "Kiln only: the step without DDP against the step through "
                "DistributedDataParallel on a one-rank group (Gloo on cpu, NCCL on cuda), two models stepped in "
                "turn (default configs on cuda: gpt2-124m only)");

@@ -8,10 +8,12 @@ f32 master weights, torch.optim.AdamW(fused=True); every timed step is bracketed
 torch.cuda.synchronize(); the peak is torch.cuda.max_memory_allocated() over the timed steps.
 --mode compile wraps the model in torch.compile (torch >= 2.0); its compilation happens in the
 warm-up steps. --attention auto picks F.scaled_dot_product_attention(is_causal=True) where this
-torch has it, else the manual masked softmax.
+torch has it, else the manual masked softmax. --recompute checkpoints every block
+(torch.utils.checkpoint, non-reentrant), as Kiln's GPT::set_recompute.
 
 Prints one JSON line on stdout: {"step_s" (median of the timed steps), "params", "torch",
-"threads", "device", "dtype", "mode", "attention", "fused_adamw", "peak_bytes" (cuda; else 0)},
+"threads", "device", "dtype", "mode", "attention", "fused_adamw", "recompute", "peak_bytes" (cuda;
+else 0)},
 or, when the step cannot run, {"error": "...", "oom": true|false} and exits with status 1.
 """
 import argparse
@@ -70,6 +72,7 @@ def main():
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--padded-vocab", type=int, default=256)
+    ap.add_argument("--recompute", action="store_true", help="activation checkpointing per block")
     a = ap.parse_args()
     dtype = a.dtype or ("bf16" if a.device == "cuda" else "f32")
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -81,7 +84,7 @@ def main():
 
     config = GPTConfig(a.vocab, a.padded_vocab, a.block, a.n_layer, a.n_head, a.n_embd)
     try:
-        model = GPT(config, attention=a.attention).to(a.device)
+        model = GPT(config, attention=a.attention, recompute=a.recompute).to(a.device)
         model.train()
         params = sum(p.numel() for p in model.parameters())
         opt, fused = make_optimizer(model.parameters(), a.device)
@@ -122,7 +125,7 @@ def main():
     times.sort()
     print(json.dumps({"step_s": times[len(times) // 2], "params": params, "torch": torch.__version__,
                       "threads": torch.get_num_threads(), "device": a.device, "dtype": dtype, "mode": a.mode,
-                      "attention": model.attention, "fused_adamw": fused,
+                      "attention": model.attention, "fused_adamw": fused, "recompute": a.recompute,
                       "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0}))
 
 

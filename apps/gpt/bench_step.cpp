@@ -30,7 +30,8 @@ void synchronize(Device device) {
 // One variant's model, optimizer, optional DDP wrapper and batch.
 class Runner {
  public:
-  explicit Runner(const BenchStepOptions& o) : o_(o), model_(std::make_shared<models::GPT>(o.config)) {
+  explicit Runner(const BenchStepOptions& o)
+      : o_(o), model_(std::make_shared<models::GPT>(models::GPTOptions(o.config).recompute(o.recompute))) {
     model_->to(o.device);
     model_->train();
     opt_ = std::make_unique<optim::AdamW>(model_->parameters(), optim::AdamWOptions(3e-4).weight_decay(0.1));

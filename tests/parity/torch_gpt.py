@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 # "manual": q k^T / sqrt(d), causal mask, softmax, @ v (nanoGPT's slow path; the parity oracle's
 # arithmetic). "sdpa": F.scaled_dot_product_attention(is_causal=True) (torch >= 2.0; flash or
@@ -90,10 +91,14 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config, attention="auto"):
+    """`recompute`: activation checkpointing per block while training (torch.utils.checkpoint,
+    non-reentrant), as kiln::models::GPT::set_recompute."""
+
+    def __init__(self, config, attention="auto", recompute=False):
         super().__init__()
         self.config = config
         self.attention = resolve_attention(attention)
+        self.recompute = recompute
         c = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(c.padded_vocab_size, c.n_embd), wpe=nn.Embedding(c.block_size, c.n_embd),
@@ -106,8 +111,9 @@ class GPT(nn.Module):
         vocabulary with targets of -1 ignored, or None without targets)."""
         T = idx.shape[1]
         x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T, device=idx.device))
+        checkpoint = self.recompute and self.training and torch.is_grad_enabled()
         for block in self.transformer.h:
-            x = block(x)
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpoint else block(x)
         logits = self.lm_head(self.transformer.ln_f(x))
         if targets is None:
             return logits, None
