@@ -1,85 +1,66 @@
-"""PyTorch side of apps/bench_gpt: one f32 CPU GPT training step (forward, loss, backward, AdamW,
-zero_grad) of the model in tests/parity/gen_gpt.py, with the config, batch, threads and timing rule
-the C++ side passes. Prints one JSON object {"step_s", "params", "torch", "threads"} on stdout.
+"""PyTorch side of apps/bench_gpt: one GPT training step (forward, loss, backward, AdamW step,
+zero_grad) of tests/parity/torch_gpt.py's GPT (the twin of kiln::models::GPT, shared with the parity
+oracle) with the config, batch, device, dtype, threads and timing rule the C++ side passes.
+
+--device cpu: f32 (or --dtype bf16: CPU autocast), torch.optim.AdamW.
+--device cuda: --dtype bf16 is torch.autocast('cuda', torch.bfloat16) around forward and loss with
+f32 master weights, torch.optim.AdamW(fused=True); every timed step is bracketed by
+torch.cuda.synchronize(); the peak is torch.cuda.max_memory_allocated() over the timed steps.
+--mode compile wraps the model in torch.compile (torch >= 2.0); its compilation happens in the
+warm-up steps. --attention auto picks F.scaled_dot_product_attention(is_causal=True) where this
+torch has it, else the manual masked softmax. --recompute checkpoints every block
+(torch.utils.checkpoint, non-reentrant), as Kiln's GPT::set_recompute.
+
+Prints one JSON line on stdout: {"step_s" (median of the timed steps), "params", "torch",
+"threads", "device", "dtype", "mode", "attention", "fused_adamw", "recompute", "peak_bytes" (cuda;
+else 0)},
+or, when the step cannot run, {"error": "...", "oom": true|false} and exits with status 1.
 """
 import argparse
+import inspect
 import json
-import math
+import sys
 import time
+import traceback
 
-from bench_util import tune_openblas  # noqa: E402
+from bench_util import tune_openblas, use_reference_models  # noqa: E402
 
 tune_openblas()
+use_reference_models()
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+from torch_gpt import ATTENTIONS, GPT, GPTConfig  # noqa: E402
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, c, n_head, block):
-        super().__init__()
-        self.n_head = n_head
-        self.c_attn = nn.Linear(c, 3 * c)
-        self.c_proj = nn.Linear(c, c)
-        self.register_buffer("mask", torch.ones(block, block, dtype=torch.bool).triu(1))
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        # nanoGPT's slow path (torch 1.13 has no F.scaled_dot_product_attention).
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.n_head))
-        att = att.masked_fill(self.mask[:T, :T], float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        return self.c_proj(y)
+def is_oom(e):
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    return (oom_type is not None and isinstance(e, oom_type)) or "out of memory" in str(e).lower()
 
 
-class MLP(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c_fc = nn.Linear(c, 4 * c)
-        self.c_proj = nn.Linear(4 * c, c)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+def fail(message, oom=False):
+    print(json.dumps({"error": message, "oom": oom}))
+    sys.stdout.flush()
+    sys.exit(1)
 
 
-class Block(nn.Module):
-    def __init__(self, c, n_head, block):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(c)
-        self.attn = CausalSelfAttention(c, n_head, block)
-        self.ln_2 = nn.LayerNorm(c)
-        self.mlp = MLP(c)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+def first_line(e):
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-class GPT(nn.Module):
-    def __init__(self, a):
-        super().__init__()
-        self.vocab = a.vocab
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(a.padded_vocab, a.n_embd), wpe=nn.Embedding(a.block, a.n_embd),
-            h=nn.ModuleList([Block(a.n_embd, a.n_head, a.block) for _ in range(a.n_layer)]),
-            ln_f=nn.LayerNorm(a.n_embd)))
-        self.lm_head = nn.Linear(a.n_embd, a.padded_vocab, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight  # tied
-
-    def forward(self, idx, targets):
-        T = idx.shape[1]
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
-        for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        return F.cross_entropy(logits[..., :self.vocab].reshape(-1, self.vocab), targets.reshape(-1),
-                               ignore_index=-1)
+def make_optimizer(params, device):
+    kwargs = dict(lr=3e-4, weight_decay=0.1)
+    fused = device == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+    if fused:
+        kwargs["fused"] = True
+    return torch.optim.AdamW(params, **kwargs), fused
 
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default=None, help="default: f32 on cpu, bf16 on cuda")
+    ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    ap.add_argument("--attention", choices=ATTENTIONS, default="auto")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
@@ -91,31 +72,61 @@ def main():
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--padded-vocab", type=int, default=256)
+    ap.add_argument("--recompute", action="store_true", help="activation checkpointing per block")
     a = ap.parse_args()
+    dtype = a.dtype or ("bf16" if a.device == "cuda" else "f32")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        fail(f"torch {torch.__version__} sees no CUDA device")
+    if a.mode == "compile" and not hasattr(torch, "compile"):
+        fail(f"torch.compile needs torch >= 2.0; this is {torch.__version__}")
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = GPT(a)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    idx = torch.randint(0, a.vocab, (a.batch, a.seq))
-    targets = torch.randint(0, a.vocab, (a.batch, a.seq))
+
+    config = GPTConfig(a.vocab, a.padded_vocab, a.block, a.n_layer, a.n_head, a.n_embd)
+    try:
+        model = GPT(config, attention=a.attention, recompute=a.recompute).to(a.device)
+        model.train()
+        params = sum(p.numel() for p in model.parameters())
+        opt, fused = make_optimizer(model.parameters(), a.device)
+        idx = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+        targets = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+    except Exception as e:  # noqa: BLE001 -- reported to the C++ side, which prints it in the table
+        fail(f"setup failed: {first_line(e)}", is_oom(e))
+    step_model = torch.compile(model) if a.mode == "compile" else model
+    cuda = a.device == "cuda"
 
     def step():
-        loss = model(idx, targets)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            _, loss = step_model(idx, targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(a.warmup):
-        step()
-    times = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
+    try:
+        for _ in range(a.warmup):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(a.steps):
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001
+        if not is_oom(e):
+            traceback.print_exc(file=sys.stderr)
+        what = "torch.compile step failed" if a.mode == "compile" else "step failed"
+        fail("out of memory" if is_oom(e) else f"{what}: {first_line(e)}", is_oom(e))
     times.sort()
-    print(json.dumps({"step_s": times[len(times) // 2], "params": sum(p.numel() for p in model.parameters()),
-                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+    print(json.dumps({"step_s": times[len(times) // 2], "params": params, "torch": torch.__version__,
+                      "threads": torch.get_num_threads(), "device": a.device, "dtype": dtype, "mode": a.mode,
+                      "attention": model.attention, "fused_adamw": fused, "recompute": a.recompute,
+                      "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0}))
 
 
 if __name__ == "__main__":

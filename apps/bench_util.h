@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
+
 #include <kiln/core/error.h>
 
 namespace kiln::bench {
@@ -29,14 +31,24 @@ inline double median_seconds(const std::function<void()>& fn, int min_iters = 5)
   return times[times.size() / 2];
 }
 
-// Runs `cmd` through the shell and returns its standard output.
-inline std::string run_command(const std::string& cmd) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+// Runs `cmd` through the shell and returns its standard output; `exit_status`, when given, gets
+// the command's exit status (-1 when it did not exit normally, e.g. killed by a signal).
+inline std::string run_command(const std::string& cmd, int* exit_status = nullptr) {
+  FILE* pipe = popen(cmd.c_str(), "r");
   KILN_CHECK(pipe != nullptr, "could not run ", cmd);
   std::string out;
   char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = pclose(pipe);
+  if (exit_status != nullptr) *exit_status = (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
   return out;
+}
+
+// `s` quoted for the shell: 'it'\''s' (safe for any path).
+inline std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 }  // namespace kiln::bench

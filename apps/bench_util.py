@@ -1,8 +1,24 @@
 """Shared by the PyTorch halves of the bench_* apps: OpenBLAS tuning (import this module before
-torch) and the timing rule of apps/bench_util.h (median of at least min_iters runs and 0.5 s,
-after 2 warm-ups)."""
+torch), the timing rule of apps/bench_util.h (median of at least min_iters runs and 0.5 s,
+after 2 warm-ups), and the path to the PyTorch twins of Kiln's models (tests/parity/torch_*.py,
+shared with the parity oracles)."""
 import os
+import sys
 import time
+
+# tests/parity of the source tree this file sits in: torch_gpt.py and torch_cifar_cnn.py.
+REFERENCE_MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests", "parity")
+
+
+def use_reference_models():
+    """Makes `import torch_gpt` / `import torch_cifar_cnn` work (KILN_TORCH_MODELS_DIR overrides
+    where they are looked for)."""
+    path = os.path.normpath(os.environ.get("KILN_TORCH_MODELS_DIR", REFERENCE_MODELS_DIR))
+    if not os.path.isfile(os.path.join(path, "torch_gpt.py")):
+        raise FileNotFoundError(f"the PyTorch reference models are not in {path} (set KILN_TORCH_MODELS_DIR to the "
+                                "folder holding torch_gpt.py, tests/parity of the Kiln sources)")
+    if path not in sys.path:
+        sys.path.append(path)
 
 
 def tune_openblas():

@@ -20,6 +20,7 @@
 
 #include <kiln/kiln.h>
 
+#include "gpt/mfu.h"
 #include "gpt/report.h"
 
 using namespace kiln;
@@ -44,9 +45,6 @@ struct Args {
   std::optional<double> entropy_floor;
   double peak_flops = 0;
 };
-
-constexpr double kCpuPeakFlopsPerThread = 1.6e11;  // one AVX-512 core: 2 FMA x 16 f32 lanes x 2.5 GHz
-constexpr double kHopperPeakBf16 = 989.4e12;      // H100/H200 SXM dense bf16 (TF32: half of it)
 
 bool launched_distributed() {
   for (const char* v : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
@@ -231,8 +229,7 @@ int run(Args a) {
   }
 
   const int64_t non_embedding = model->num_parameters(/*non_embedding=*/true);
-  const double device_peak = device.is_cuda() ? (amp == DType::f32 ? kHopperPeakBf16 / 2 : kHopperPeakBf16)
-                                              : kCpuPeakFlopsPerThread * num_threads();
+  const double device_peak = apps::device_peak_flops(device, amp, num_threads());
   const double peak = a.peak_flops > 0 ? a.peak_flops * world : device_peak * world;
   const double flops_tok = apps::flops_per_token(config, non_embedding, a.seq_len);
   const int64_t end_step = a.stop_after > 0 ? std::min(a.stop_after, a.steps) : a.steps;

@@ -1,5 +1,6 @@
 // ProcessGroup over Gloo (Debian's 2022 libgloo): rendezvous through a kiln Store, a TCP device
-// bound to this rank's hostname, and one worker thread running the collectives in issue order.
+// bound to this rank's hostname, and one worker thread running the collectives in issue order
+// (none on a group of one rank, whose collectives run inline).
 // See Note [Naming the late ranks] for how a failure says which peers never arrived.
 #include <kiln/parallel/gloo_process_group.h>
 
@@ -153,7 +154,7 @@ class GlooProcessGroup final : public ProcessGroup {
       KILN_CHECK_DIST(false, "Gloo rendezvous failed on rank ", rank, " of ", size, " (host ", options.hostname_,
                       ", timeout ", options.timeout_.count(), " ms): ", e.what());
     }
-    worker_ = std::thread([this] { worker_loop(); });
+    if (size > 1) worker_ = std::thread([this] { worker_loop(); });  // one rank runs inline: see enqueue
   }
 
   ~GlooProcessGroup() override {
@@ -260,6 +261,15 @@ class GlooProcessGroup final : public ProcessGroup {
 
   std::shared_ptr<Work> enqueue(const char* name, std::function<void(uint32_t)> run) {
     auto work = std::make_shared<GlooWork>();
+    if (size() == 1) {
+      // Nothing to wait for on one rank: the collective (a local copy at most) runs now, in the
+      // caller's thread, and its Work is complete when returned. Sequence numbers, errors and the
+      // broken state behave as on the worker.
+      std::lock_guard<std::mutex> lock(mutex_);
+      Job job{name, next_sequence_number(), std::move(run), work};
+      run_job(job);
+      return work;
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(Job{name, next_sequence_number(), std::move(run), work});
@@ -283,21 +293,26 @@ class GlooProcessGroup final : public ProcessGroup {
         job = std::move(queue_.front());
         queue_.pop_front();
       }
-      if (!broken_.empty()) {
-        job.work->finish(describe(job.name, job.seq) + " was not run: the process group failed earlier: " + broken_);
-        continue;
-      }
-      try {
-        store_->set(progress_key(rank()), std::to_string(job.seq));
-        job.run(static_cast<uint32_t>(job.seq));
-        job.work->finish({});
-      } catch (const std::exception& e) {
-        std::string message = describe(job.name, job.seq) + " failed on rank " + std::to_string(rank()) + " of " +
-                              std::to_string(size()) + " (timeout " + std::to_string(options_.timeout_.count()) +
-                              " ms): " + e.what() + "; " + late_ranks(job.seq);
-        broken_ = message;
-        job.work->finish(std::move(message));
-      }
+      run_job(job);
+    }
+  }
+
+  // Runs one collective and completes its Work (on the worker, or inline on one rank).
+  void run_job(Job& job) {
+    if (!broken_.empty()) {
+      job.work->finish(describe(job.name, job.seq) + " was not run: the process group failed earlier: " + broken_);
+      return;
+    }
+    try {
+      if (size() > 1) store_->set(progress_key(rank()), std::to_string(job.seq));  // no peer reads it on one rank
+      job.run(static_cast<uint32_t>(job.seq));
+      job.work->finish({});
+    } catch (const std::exception& e) {
+      std::string message = describe(job.name, job.seq) + " failed on rank " + std::to_string(rank()) + " of " +
+                            std::to_string(size()) + " (timeout " + std::to_string(options_.timeout_.count()) +
+                            " ms): " + e.what() + "; " + late_ranks(job.seq);
+      broken_ = message;
+      job.work->finish(std::move(message));
     }
   }
 
@@ -347,7 +362,7 @@ class GlooProcessGroup final : public ProcessGroup {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   bool stop_ = false;
-  std::string broken_;  // the first failure; only the worker reads and writes it
+  std::string broken_;  // the first failure; only run_job reads and writes it (the worker, or under mutex_)
   std::thread worker_;
 };
 

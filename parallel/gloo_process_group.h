@@ -1,6 +1,7 @@
 // The Gloo process group: CPU collectives over TCP (c10d's ProcessGroupGloo). Collectives run on
-// one background worker thread in the order they were issued; each returns a Work whose wait()
-// rethrows a failure as kiln::Error naming the collective, its sequence number and the late ranks.
+// one background worker thread in the order they were issued (on a group of one rank, in the
+// caller's thread, complete when the call returns); each returns a Work whose wait() rethrows a
+// failure as kiln::Error naming the collective, its sequence number and the late ranks.
 #pragma once
 
 #include <memory>

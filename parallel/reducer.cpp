@@ -54,6 +54,16 @@ namespace kiln::dist {
 //     it on log steps (which read the loss anyway) and before each checkpoint, the reducer before
 //     it rebuilds its buckets, and the destructor logs a difference it finds. So every iteration
 //     is still checked, but a mismatch is reported at the next of those points, not at once.
+//
+// Note [One rank]
+// On a group of one rank the default all-reduce (a sum) leaves every bucket as it was, so finalize
+// skips what could not change a value: the division by the world size (x * 1.0 == x), and, in
+// copy mode, the copy back into .grad when finalize runs from the last gradient's hook, since
+// every .grad then still holds exactly what was copied into its slice earlier in the same backward.
+// When finish() finalizes instead (some parameter got no gradient), user code may have run since
+// backward, so the copy back happens as on several ranks. Everything else is unchanged: buckets
+// are filled, the collectives are issued (one per bucket, order-checked), views are installed.
+// With a comm hook nothing is skipped: a hook may change values on one rank too (compression).
 namespace {
 
 constexpr int64_t kCodes = 3;  // iteration, bucket, sequence number
@@ -263,7 +273,7 @@ void Reducer::on_grad_ready(size_t i) {
   }
   if (rebuild_pending_) arrival_.push_back(i);
   mark_ready(i);
-  if (num_ready_ == params_.size()) finalize();
+  if (num_ready_ == params_.size()) finalize(/*from_hook=*/true);
 }
 
 void Reducer::start_iteration() {
@@ -409,7 +419,7 @@ void Reducer::check_collective_order() {
               " differing slots but its record shows none");
 }
 
-void Reducer::finalize() {
+void Reducer::finalize(bool from_hook) {
   NoGradGuard no_grad;
   // Wait for every bucket even after an error, so nothing still writes into them.
   std::vector<std::string> wait_errors(buckets_.size());
@@ -459,12 +469,13 @@ void Reducer::finalize() {
         defer_order_check();
       }
       const double inv = 1.0 / group_->size();
+      const bool one_rank = group_->size() == 1 && !comm_hook_;  // Note [One rank]
       for (size_t b = 0; b < buckets_.size(); ++b) {
-        if (!comm_hook_) {
+        if (!comm_hook_ && !one_rank) {
           Tensor grads = buckets_[b].grads();
           ops::mul_(grads, inv);
         }
-        copy_back(b, tails.empty() ? std::vector<double>() : tails[b]);
+        copy_back(b, tails.empty() ? std::vector<double>() : tails[b], /*grads_current=*/one_rank && from_hook);
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -477,7 +488,7 @@ void Reducer::finalize() {
   if (rebuild_pending_) rebuild_in_arrival_order();
 }
 
-void Reducer::copy_back(size_t b, const std::vector<double>& tail) {
+void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool grads_current) {
   const Bucket& bucket = buckets_[b];
   const size_t used_at = size_t(kCodes * group_->size());
   for (size_t k = 0; k < bucket.params.size(); ++k) {
@@ -488,6 +499,7 @@ void Reducer::copy_back(size_t b, const std::vector<double>& tail) {
       install_view(i, false);  // a locally unused parameter may have no view yet
       continue;
     }
+    if (grads_current) continue;  // Note [One rank]
     Tensor g = params_[i].grad();
     Tensor s = bucket.slice(k, params_[i].shape());
     if (g.defined())
@@ -528,7 +540,7 @@ void Reducer::finish() {
       s.copy_(params_[i].grad());
     mark_ready(i);
   }
-  finalize();
+  finalize(/*from_hook=*/false);
 }
 
 void Reducer::rebuild_in_arrival_order() {

@@ -99,12 +99,12 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void start_iteration();
   void mark_ready(size_t i);
   void launch(size_t b);
-  void finalize();
+  void finalize(bool from_hook);
   Tensor tail_of(size_t b) const;  // the bucket's tail: in the flat tensor, or side_[b] with a comm hook
   bool check_on_host_now() const;
   std::vector<std::vector<double>> read_tails() const;
   void defer_order_check();
-  void copy_back(size_t b, const std::vector<double>& tail);
+  void copy_back(size_t b, const std::vector<double>& tail, bool grads_current);
   void rebuild_in_arrival_order();
   void wait_launched_quietly() noexcept;
   int64_t tail_size(size_t b) const;

@@ -1,5 +1,5 @@
-// train_gpt's reporting helpers (see report.h): FLOPs per token, the floor file, durations, the
-// JSONL writer and the SVG loss curve.
+// train_gpt's reporting helpers (see report.h): the floor file, durations, the JSONL writer and
+// the SVG loss curve.
 #include "report.h"
 
 #include <algorithm>
@@ -12,10 +12,6 @@
 #include <kiln/core/error.h>
 
 namespace kiln::apps {
-
-double flops_per_token(const models::GPTConfig& config, int64_t non_embedding_params, int64_t seq_len) {
-  return 6.0 * double(non_embedding_params) + 6.0 * double(config.n_layer) * double(config.n_embd) * double(seq_len);
-}
 
 std::optional<double> read_entropy_floor(const std::string& pattern) {
   std::filesystem::path dir = std::filesystem::path(pattern).parent_path();

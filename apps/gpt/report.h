@@ -1,6 +1,7 @@
-// What train_gpt reports while it runs: the progress line, the JSONL metrics file, the MFU
-// estimate, the entropy floor kiln-make-shards leaves next to synthetic shards, and the SVG loss
-// curve drawn at the end. Kept apart from the training loop so train_gpt.cpp reads as the loop.
+// What train_gpt reports while it runs: the progress line, the JSONL metrics file, the entropy
+// floor kiln-make-shards leaves next to synthetic shards, and the SVG loss curve drawn at the end
+// (the MFU estimate is mfu.h, shared with bench_gpt). Kept apart from the training loop so
+// train_gpt.cpp reads as the loop.
 #pragma once
 
 #include <cstdint>
@@ -9,14 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <kiln/models/gpt.h>
-
 namespace kiln::apps {
-
-// Training FLOPs per token: 6N + 6·L·C·T with N the non-embedding parameters (the estimate of
-// llm.c; nanoGPT's has the same 6N term): 6N for the matmuls' forward and backward, 6·L·C·T for
-// attention's QK^T and AV over a causal context of T.
-double flops_per_token(const models::GPTConfig& config, int64_t non_embedding_params, int64_t seq_len);
 
 // The floor in nats/token from `dir`/floor.txt (its first number), or nullopt when there is no
 // such file. `pattern` is a shard glob; its directory part is the directory looked in.

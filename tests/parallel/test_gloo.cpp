@@ -1,4 +1,4 @@
-// Gloo process group across real processes (2 and 3 forked ranks, file-store rendezvous): every
+// Gloo process group across real processes (1, 2 and 3 forked ranks, file-store rendezvous): every
 // collective and dtype against values computed here, async issue order, refusal of bad inputs,
 // and a rank that leaves early being named in the others' errors.
 #include "parallel/run_ranks.h"
@@ -258,4 +258,29 @@ TEST_CASE("a rank that stops issuing collectives is named when the timeout passe
     std::fflush(nullptr);
     ::_exit(0);
   }, {timeout, std::chrono::seconds(60)});
+}
+
+TEST_CASE("one rank: every collective runs inline (complete on return), in order, with the usual results") {
+  run_ranks(1, [](dist::ProcessGroup& pg) {
+    uint64_t first = pg.sequence_number();
+    check_all_reductions(pg);
+    Tensor t = rank_tensor(0, 7, DType::f32);
+    auto work = pg.allreduce(t, dist::AllreduceOptions().op(dist::ReduceOp::avg));
+    expect(work->is_completed(), "allreduce on one rank not complete when issued");
+    work->wait();
+    expect_values(t, rank_tensor(0, 7, DType::f32).to_vector<double>(), 0, "allreduce avg on one rank");
+    Tensor out = zeros({5}, DType::i32);
+    work = pg.allgather(out, rank_tensor(0, 5, DType::i32));
+    expect(work->is_completed(), "allgather on one rank not complete when issued");
+    expect_values(out, rank_tensor(0, 5, DType::i32).to_vector<double>(), 0, "allgather on one rank");
+    Tensor rs = zeros({6}, DType::f64);
+    pg.reduce_scatter(rs, rank_tensor(0, 6, DType::f64))->wait();
+    expect_values(rs, rank_tensor(0, 6, DType::f64).to_vector<double>(), 0, "reduce_scatter on one rank");
+    Tensor b = rank_tensor(0, 4, DType::u8);
+    expect(pg.broadcast(b, 0)->is_completed() && pg.barrier()->is_completed(),
+           "broadcast and barrier on one rank not complete when issued");
+    expect_values(b, rank_tensor(0, 4, DType::u8).to_vector<double>(), 0, "broadcast on one rank");
+    const uint64_t issued = pg.sequence_number() - first;
+    expect(issued > 5, "sequence numbers did not advance (" + std::to_string(issued) + ")");
+  });
 }

@@ -1,4 +1,4 @@
-"""PyTorch parity oracle for models::CifarCnn: the same network, weights, batch and loss.
+"""PyTorch parity oracle for models::CifarCnn: torch_cifar_cnn.CifarCnn, the same weights, batch and loss.
 
 Usage: /usr/bin/python3 gen_cnn.py OUT.safetensors
 Writes for each case "<case>" (max and avg global pool): "<case>.param.<name>" (state_dict
@@ -11,7 +11,6 @@ import sys
 
 try:
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
 except ImportError:
     print("gen_cnn: SKIPPED: this python has no torch (install python3-torch)")
@@ -19,40 +18,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(__file__))
 import safetensors_io  # noqa: E402
-
-
-class ConvGroup(nn.Module):
-    def __init__(self, cin, cout):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
-        self.norm1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
-        self.norm2 = nn.BatchNorm2d(cout)
-        self.act = nn.GELU()
-
-    def forward(self, x):
-        x = F.max_pool2d(self.conv1(x), 2)
-        x = self.act(self.norm1(x))
-        return self.act(self.norm2(self.conv2(x)))
-
-
-class CifarCnn(nn.Module):
-    def __init__(self, widths, pool, num_classes=10, head_scale=1.0 / 9.0):
-        super().__init__()
-        self.groups = nn.ModuleList()
-        cin = 3
-        for w in widths:
-            self.groups.append(ConvGroup(cin, w))
-            cin = w
-        self.head = nn.Linear(cin, num_classes, bias=False)
-        self.pool, self.head_scale = pool, head_scale
-
-    def forward(self, x):
-        for g in self.groups:
-            x = g(x)
-        x = x.amax(dim=(2, 3)) if self.pool == "max" else x.mean(dim=(2, 3))
-        return self.head(x) * self.head_scale
-
+from torch_cifar_cnn import CifarCnn  # noqa: E402
 
 torch.manual_seed(2024)
 out = {}
