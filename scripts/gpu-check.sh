@@ -4,8 +4,9 @@
 #
 # On the device machine (see README, "Checking on a GPU"): prepare .deps on the development
 # machine with ../shared/device/prepare-deps.sh, carry .deps, then run
-#     bash scripts/gpu-check.sh            # everything (about 8 minutes on an H100)
-#     bash scripts/gpu-check.sh --tests    # build + gpu tests only
+#     bash scripts/gpu-check.sh            # everything (may pass the device tool's 10 minutes a call:
+#     bash scripts/gpu-check.sh --tests    #   then split it) build + gpu tests only
+#     bash scripts/gpu-check.sh --bench    # build (incremental) + benchmarks and AMP curves only
 # Logs go to $OUT/gpu-check (the device tool brings $OUT back) or build-gpu/gpu-check.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,13 +33,16 @@ fi
 note "build" "ok in $(( $(date +%s) - start )) s"
 
 # Every gpu-labelled test (kernels vs the CPU, NCCL ranks sharing the one GPU).
-ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 >"$logs/gpu-tests.txt" 2>&1
-tests_rc=$?
-grep -E "tests passed|tests failed" "$logs/gpu-tests.txt" | tail -1
-grep -E "\*\*\*Failed|\*\*\*Exception|Timeout|Not Run" "$logs/gpu-tests.txt" | head -30
-note "gpu tests" "$(grep -E 'tests passed' "$logs/gpu-tests.txt" | tail -1)"
-skipped=$(grep -c "Skipped" "$logs/gpu-tests.txt" || true)
-[ "$skipped" -gt 0 ] && note "gpu tests skipped" "$skipped (no usable GPU seen by the tests?)"
+tests_rc=0
+if [ "$mode" != "--bench" ]; then
+  ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 >"$logs/gpu-tests.txt" 2>&1
+  tests_rc=$?
+  grep -E "tests passed|tests failed" "$logs/gpu-tests.txt" | tail -1
+  grep -E "\*\*\*Failed|\*\*\*Exception|Timeout|Not Run" "$logs/gpu-tests.txt" | head -30
+  note "gpu tests" "$(grep -E 'tests passed' "$logs/gpu-tests.txt" | tail -1)"
+  skipped=$(grep -c "Skipped" "$logs/gpu-tests.txt" || true)
+  [ "$skipped" -gt 0 ] && note "gpu tests skipped" "$skipped (no usable GPU seen by the tests?)"
+fi
 
 if [ "$mode" != "--tests" ]; then
   # Kernels vs PyTorch.
@@ -54,11 +58,13 @@ if [ "$mode" != "--tests" ]; then
   bash scripts/amp-curves.sh "$build" "$build/amp-curves" 2>&1 | tee "$logs/amp_curves.txt"
   note "amp curves (final loss vs fp32)" "$(grep -c FAIL "$logs/amp_curves.txt" || true) failure(s)"
 
-  # Whole-model training step, Kiln vs PyTorch, on the GPU.
-  if "$build/apps/bench_gpt" --help 2>/dev/null | grep -q -- "--device"; then
-    "$build/apps/bench_gpt" --device cuda --python "$py" 2>&1 | tee "$logs/bench_gpt.txt"
-    note "bench_gpt (cuda)" "$(grep -E 'x$' "$logs/bench_gpt.txt" | tail -1)"
-  fi
+  # Whole-model training steps, Kiln vs PyTorch (eager, torch.compile), on the GPU.
+  "$build/apps/bench_gpt" --device cuda --python "$py" 2>&1 | tee "$logs/bench_gpt.txt"
+  "$build/apps/bench_gpt" --device cuda --config gpt-1.3b --recompute --python "$py" 2>&1 | tee "$logs/bench_gpt_recompute.txt"
+  "$build/apps/bench_gpt" --device cuda --config gpt2-124m --ddp-overhead --no-torch 2>&1 | tee "$logs/bench_gpt_ddp.txt"
+  "$build/apps/bench_cifar" --device cuda --python "$py" 2>&1 | tee "$logs/bench_cifar.txt"
+  note "bench_gpt (cuda)" "see $logs/bench_gpt*.txt"
+  note "bench_cifar (cuda)" "$(grep -E 'x$' "$logs/bench_cifar.txt" | tail -1)"
 fi
 
 echo
