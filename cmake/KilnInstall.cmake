@@ -9,13 +9,13 @@ install(TARGETS ${_kiln_libs} kiln EXPORT KilnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# Private headers stay out of the package: CUDA-only code (core/cuda/check.h includes
+# Private headers stay out of the package: CUDA-only code (core/cuda/runtime/check.cuh includes
 # cuda_runtime.h), the TCP store's wire format, and the CPU kernel drivers behind kiln::ops.
 # tests/consumer checks that every installed header compiles with only <prefix>/include.
 foreach(dir core autograd nn optim parallel data models)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${dir}
           FILES_MATCHING PATTERN "*.h"
-          PATTERN "cuda/check.h" EXCLUDE
+          PATTERN "*.cuh" EXCLUDE
           PATTERN "tcp_store_detail.h" EXCLUDE
           PATTERN "core/cpu" EXCLUDE
           PATTERN "ops/common.h" EXCLUDE)

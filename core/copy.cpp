@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include <kiln/core/cpu/loops.h>
-#include <kiln/core/cuda/copy.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/copy.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/tensor.h>
 

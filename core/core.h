@@ -11,10 +11,10 @@
 #include <kiln/core/parallel.h>
 #include <kiln/core/shape.h>
 #include <kiln/core/tensor.h>
-#include <kiln/core/cuda/allocator.h>
-#include <kiln/core/cuda/deferred_check.h>
-#include <kiln/core/cuda/gemm.h>
-#include <kiln/core/cuda/runtime.h>
-#include <kiln/core/cuda/stream.h>
+#include <kiln/core/cuda/runtime/allocator.h>
+#include <kiln/core/cuda/runtime/deferred_check.h>
+#include <kiln/core/cuda/kernels/gemm.h>
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/ops/ops.h>
 #include <kiln/core/io/safetensors.h>

@@ -1,13 +1,13 @@
 // Factories. Random fills go through Philox by element index, so they are reproducible for any
-// thread count, and CUDA tensors get the same values from the same draws (core/cuda/random.h).
+// thread count, and CUDA tensors get the same values from the same draws (core/cuda/kernels/random.h).
 #include <kiln/core/factory.h>
 
 #include <cmath>
 #include <cstring>
 
-#include <kiln/core/cuda/fill.h>
-#include <kiln/core/cuda/random.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/fill.h>
+#include <kiln/core/cuda/kernels/random.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/parallel.h>
 

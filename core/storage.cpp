@@ -6,7 +6,7 @@
 #include <new>
 
 #include <kiln/core/cpu_allocator.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/error.h>
 
 namespace kiln {

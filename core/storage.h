@@ -1,6 +1,6 @@
 // Storage: one owned (or wrapped) block of bytes on one device, shared by every tensor that views
 // it. Memory comes from the device's Allocator; the CPU one hands out 64-byte aligned blocks, the
-// CUDA one is a caching allocator (core/cuda/caching_allocator.h). Pinned storages are CPU
+// CUDA one is a caching allocator (core/cuda/runtime/caching_allocator.h). Pinned storages are CPU
 // memory page-locked with cudaHostAlloc, which the GPU copies from/to asynchronously.
 #pragma once
 

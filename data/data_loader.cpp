@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <exception>
 
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
 
 namespace kiln::data {

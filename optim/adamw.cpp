@@ -2,15 +2,15 @@
 // kiln::ops has no addcmul_/addcdiv_/sqrt_, and composing the update from out-of-place ops would
 // allocate three parameter-sized temporaries per step; this loop allocates none and performs
 // torch's operations in torch's order, each rounded to the parameter's dtype. CUDA parameters go
-// to the multi-tensor kernel (core/cuda/optim_step.h), which does the same per element.
+// to the multi-tensor kernel (core/cuda/kernels/optim_step.h), which does the same per element.
 #include <kiln/optim/adamw.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include <kiln/autograd/grad_mode.h>
-#include <kiln/core/cuda/optim_step.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/optim_step.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
 

@@ -43,7 +43,7 @@ class AdamW : public Optimizer {
   void set_options(size_t group, const AdamWOptions& options);
 
   void step() override;
-  // CUDA parameters: one fused launch per group, device and dtype (core/cuda/optim_step.h).
+  // CUDA parameters: one fused launch per group, device and dtype (core/cuda/kernels/optim_step.h).
   void step(const Tensor& found_inf) override;
 
  protected:

@@ -1,13 +1,13 @@
 // clip_grad_norm: a deterministic blocked reduction in double over every gradient (the result
 // does not depend on the thread count), then one in-place scale per gradient with kiln::ops. On
-// CUDA: the same reduction and scale as multi-tensor kernels (core/cuda/optim_step.h).
+// CUDA: the same reduction and scale as multi-tensor kernels (core/cuda/kernels/optim_step.h).
 #include <kiln/optim/clip.h>
 
 #include <cmath>
 
 #include <kiln/autograd/grad_mode.h>
-#include <kiln/core/cuda/optim_step.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/optim_step.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>

@@ -19,7 +19,7 @@ inline constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 // coefficient and every gradient becomes NaN; an infinite total gives coefficient 0 (finite
 // entries become 0, infinite ones NaN). With error_if_nonfinite=true a non-finite total throws
 // kiln::Error instead and leaves the gradients untouched.
-// On CUDA the norm is reduced and the gradients scaled on the device (core/cuda/optim_step.h);
+// On CUDA the norm is reduced and the gradients scaled on the device (core/cuda/kernels/optim_step.h);
 // returning the double reads it back: one host sync. All gradients must share one device.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                       bool error_if_nonfinite = false);

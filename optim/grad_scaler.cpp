@@ -1,14 +1,14 @@
 // GradScaler (Note [GradScaler step] in grad_scaler.h): torch's per-optimizer stages, the inf/NaN
 // check fused with unscaling, and torch._amp_update_scale_'s update rule on an f32 scale, on the
-// CPU or with the state on a CUDA device (Note [GradScaler on CUDA], kernels in core/cuda/amp.h).
+// CPU or with the state on a CUDA device (Note [GradScaler on CUDA], kernels in core/cuda/kernels/amp.h).
 #include <kiln/optim/grad_scaler.h>
 
 #include <cmath>
 #include <set>
 
 #include <kiln/autograd/grad_mode.h>
-#include <kiln/core/cuda/amp.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/amp.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/autograd/ops/elementwise.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>

@@ -47,7 +47,7 @@ struct GradScalerOptions {
 // Note [GradScaler on CUDA]
 // The first CUDA loss (scale) or CUDA gradients (unscale_) move the scaler to that device: from
 // then on the scale (0-dim f32), the growth tracker (0-dim i64) and each optimizer's found_inf
-// flag (0-dim f32) live there and are changed only by kernels (core/cuda/amp.h), as torch's
+// flag (0-dim f32) live there and are changed only by kernels (core/cuda/kernels/amp.h), as torch's
 // _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_ do, so an iteration needs no
 // host sync: unscale_ sets the flag on the device, found_inf_tensor() / set_found_inf(Tensor)
 // carry it through a cross-rank all-reduce (MAX) without leaving the device, step_async() hands

@@ -30,7 +30,7 @@ struct ParamState {
 
 // Note [Device step counts]
 // On CUDA, SGD and AdamW update all parameters of a group with fused multi-tensor kernels
-// (core/cuda/optim_step.h), and step(found_inf) lets those kernels skip the update on the device
+// (core/cuda/kernels/optim_step.h), and step(found_inf) lets those kernels skip the update on the device
 // when GradScaler found an inf, so the host cannot know whether an update happened without a
 // sync. A CUDA parameter's step count therefore lives on the device (ParamState::device_step),
 // advanced by the kernels only when they update; AdamW's bias corrections are computed from it

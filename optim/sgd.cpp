@@ -1,14 +1,14 @@
 // SGD: torch.optim.SGD (1.13, single-tensor path) step for step, written with kiln::ops in-place
 // ops. At most one temporary the size of a parameter per update, and only when weight decay or
 // Nesterov needs a d_p distinct from the gradient (torch allocates the same one). CUDA parameters
-// go to the multi-tensor kernel (core/cuda/optim_step.h), which does the same per element.
+// go to the multi-tensor kernel (core/cuda/kernels/optim_step.h), which does the same per element.
 #include <kiln/optim/sgd.h>
 
 #include <algorithm>
 
 #include <kiln/autograd/grad_mode.h>
-#include <kiln/core/cuda/optim_step.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/optim_step.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
 

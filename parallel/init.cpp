@@ -4,8 +4,8 @@
 
 #include <unistd.h>
 
-#include <kiln/core/cuda/runtime.h>
-#include <kiln/core/cuda/stream.h>
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/error.h>
 #include <kiln/parallel/gloo_process_group.h>
 #include <kiln/parallel/nccl_process_group.h>

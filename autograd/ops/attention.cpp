@@ -1,5 +1,5 @@
 // Differentiable scaled dot-product attention, two paths:
-// - fused: CUDA bf16/f16 with head dim 64 or 128 runs the flash kernels (core/cuda/flash_attention.h):
+// - fused: CUDA bf16/f16 with head dim 64 or 128 runs the flash kernels (core/cuda/kernels/flash_attention.h):
 //   no T x T matrix; the node saves q, k, v, out and the row logsumexp and the backward kernels
 //   rebuild the probabilities from them.
 // - composed: everything else (the CPU, CUDA f32/f64, other head dims) in plain math that keeps the
@@ -12,8 +12,8 @@
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
-#include <kiln/core/cuda/flash_attention.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/flash_attention.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
 #include <kiln/core/ops/elementwise.h>

@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include <kiln/autograd/function.h>
-#include <kiln/core/cuda/random.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/random.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/parallel.h>

@@ -1,4 +1,4 @@
-// batch_norm's fronts (argument checks, then core/cuda/batch_norm.h for CUDA tensors) and its CPU
+// batch_norm's fronts (argument checks, then core/cuda/kernels/batch_norm.h for CUDA tensors) and its CPU
 // kernels: per-channel sums in double, taken row by row in parallel and combined in a fixed order,
 // so no result depends on the thread count. The CUDA kernels use the same formulas (batch_norm.h).
 #include <kiln/core/ops/batch_norm.h>
@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include <kiln/core/cuda/batch_norm.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/batch_norm.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>

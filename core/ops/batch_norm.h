@@ -1,5 +1,5 @@
 // Batch norm over (N, C, *) per channel as two raw kernels, forward and backward, on CPU and CUDA
-// (core/cuda/batch_norm.h): statistics, normalization, the running-statistics update and the three
+// (core/cuda/kernels/batch_norm.h): statistics, normalization, the running-statistics update and the three
 // gradients without intermediate tensors. The differentiable kiln::batch_norm is built on them.
 #pragma once
 

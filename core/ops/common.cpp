@@ -1,7 +1,7 @@
 // Argument checks shared by the op fronts.
 #include <kiln/core/ops/common.h>
 
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 
 namespace kiln::ops {
 

@@ -1,4 +1,4 @@
-// conv2d's front (argument checks, then cuDNN for CUDA tensors: core/cuda/conv.h) and its CPU
+// conv2d's front (argument checks, then cuDNN for CUDA tensors: core/cuda/kernels/conv.h) and its CPU
 // kernels: im2col + Eigen GEMM, parallel over the batch (one column buffer per thread; inside
 // that region Eigen stays single-threaded, see Note [GEMM threading] in matmul.cpp). The weight
 // gradient sums images in fixed blocks combined in a fixed order, so no result depends on threads.
@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <vector>
 
-#include <kiln/core/cuda/conv.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/conv.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/ops/common.h>
 #include <kiln/core/parallel.h>
 

@@ -1,4 +1,4 @@
-// Fused softmax cross-entropy: the fronts (checks, then CUDA tensors to core/cuda/cross_entropy.cu)
+// Fused softmax cross-entropy: the fronts (checks, then CUDA tensors to core/cuda/kernels/cross_entropy.cu)
 // and the CPU kernels, one row per task: max, then sum of exp (16 lanes, so it vectorizes), the
 // loss from the target's logit; the backward recomputes exp(x - lse) and writes the gradient.
 #include <kiln/core/ops/cross_entropy.h>
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include <kiln/core/cpu/vec_math.h>
-#include <kiln/core/cuda/cross_entropy.h>
-#include <kiln/core/cuda/deferred_check.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/cross_entropy.h>
+#include <kiln/core/cuda/runtime/deferred_check.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>

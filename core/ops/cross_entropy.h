@@ -21,7 +21,7 @@ struct CrossEntropyResult {
 // logits (N, C) floating with C >= 1; targets (N,) i64 or i32 class ids in [0, C), or
 // ignore_index. A target outside both is an error naming its value and row. On CUDA nothing is
 // read back: the count stays on the device (the mean divides by it there) and the target check is
-// a device record reported through Note [Deferred device checks] (core/cuda/deferred_check.h).
+// a device record reported through Note [Deferred device checks] (core/cuda/runtime/deferred_check.h).
 CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                                          double label_smoothing = 0.0);
 

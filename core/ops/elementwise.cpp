@@ -1,5 +1,5 @@
 // Elementwise ops, one front for both devices: type promotion and broadcasting here, then the CPU
-// loops (core/cpu/loops.h) or the CUDA launchers (core/cuda/elementwise.h), which get operands
+// loops (core/cpu/loops.h) or the CUDA launchers (core/cuda/kernels/elementwise.h), which get operands
 // already broadcast and converted to the dtype the op computes in.
 #include <kiln/core/ops/elementwise.h>
 
@@ -9,8 +9,8 @@
 
 #include <kiln/core/cpu/loops.h>
 #include <kiln/core/cpu/vec_math.h>
-#include <kiln/core/cuda/elementwise.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/elementwise.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
@@ -362,7 +362,7 @@ Tensor& mul_(Tensor& a, double b) {
 
 // GELU backward, fused (autograd uses it on both devices). tanh: with s = (1 + tanh u) / 2 =
 // 1 / (1 + exp(-2u)), u = c (x + a x^3), d/dx gelu = s + 2 x s (1 - s) c (1 + 3 a x^2), which
-// stays finite in both tails; the CUDA functors (core/cuda/elementwise_functors.cuh) match.
+// stays finite in both tails; the CUDA functors (core/cuda/kernels/elementwise_functors.cuh) match.
 Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x) {
   return binary("gelu_tanh_backward", B::gelu_tanh_backward, grad, x, Result::floating, [](auto g, auto v) {
     using T = decltype(v);

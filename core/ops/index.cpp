@@ -1,4 +1,4 @@
-// Indexing ops. The fronts check shapes and dtypes, then run the CUDA kernels (core/cuda/index.h)
+// Indexing ops. The fronts check shapes and dtypes, then run the CUDA kernels (core/cuda/kernels/index.h)
 // or the CPU code here. On the CPU, indices are read once into checked int64 vectors; row copies
 // are memcpy (dtype-agnostic), and gather/scatter walk "fibers" (all positions that differ only
 // along `dim`), one fiber per thread at a time, so accumulations never race and never reorder.
@@ -11,9 +11,9 @@
 #include <initializer_list>
 #include <vector>
 
-#include <kiln/core/cuda/deferred_check.h>
-#include <kiln/core/cuda/index.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/runtime/deferred_check.h>
+#include <kiln/core/cuda/kernels/index.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>

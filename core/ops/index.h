@@ -1,7 +1,7 @@
 // Indexing ops: select rows by index, gather/scatter along a dim, and the embedding lookup with
 // its backward. Index tensors are i64 or i32; every index is bounds-checked (no negative
 // indices) and a bad one is reported with its value, its position and the valid range (on CUDA
-// by default at the next blocking read: Note [Deferred device checks], core/cuda/deferred_check.h).
+// by default at the next blocking read: Note [Deferred device checks], core/cuda/runtime/deferred_check.h).
 #pragma once
 
 #include <kiln/core/tensor.h>
@@ -20,7 +20,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // <= src.size(d) for every d and <= self.size(d) for d != dim; self and src share a dtype
 // (numeric, not bool). Repeated indices add up in index order, whatever the thread count; on CUDA
 // too, except for few long fibers along dim, where atomics add floats in no fixed order (see
-// core/cuda/index.h).
+// core/cuda/kernels/index.h).
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);  // a new tensor
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);      // in place
 

@@ -1,4 +1,4 @@
-// Layer norm fronts (checks, then CUDA tensors to core/cuda/layer_norm.cu) and the CPU kernels:
+// Layer norm fronts (checks, then CUDA tensors to core/cuda/kernels/layer_norm.cu) and the CPU kernels:
 // x viewed as (rows, n) with n = numel(normalized_shape); one row per task.
 // The backward pass sums grad_weight / grad_bias over rows in fixed blocks combined in order, so
 // results do not depend on the thread count (Note [Deterministic reductions], core/cpu/reduce.h).
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include <kiln/core/cpu/reduce.h>
-#include <kiln/core/cuda/layer_norm.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/layer_norm.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>

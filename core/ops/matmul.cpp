@@ -1,5 +1,5 @@
 // Matrix products: argument checks and shapes for both devices; CUDA tensors go to cuBLASLt
-// (core/cuda/gemm.cpp). On the CPU, Eigen's GEMM: operands are mapped in place (Eigen::Map with an
+// (core/cuda/kernels/gemm.cpp). On the CPU, Eigen's GEMM: operands are mapped in place (Eigen::Map with an
 // outer stride, row- or column-major) so transposed and sliced views cost no copy; the output is a
 // fresh contiguous row-major tensor written by one .noalias() product per matrix, no temporaries.
 #include <kiln/core/ops/matmul.h>
@@ -14,8 +14,8 @@
 #include <optional>
 #include <vector>
 
-#include <kiln/core/cuda/gemm.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/gemm.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
 #include <kiln/core/ops/elementwise.h>

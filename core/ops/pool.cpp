@@ -1,4 +1,4 @@
-// Pooling fronts (argument checks, then core/cuda/pool.h for CUDA tensors) and the CPU kernels.
+// Pooling fronts (argument checks, then core/cuda/kernels/pool.h for CUDA tensors) and the CPU kernels.
 // Each (n, c) plane is independent: work is split over planes, and each
 // plane's gradient is accumulated by one thread in a fixed order, so results never depend on the
 // thread count. 16-bit values are summed in float and rounded once.
@@ -9,8 +9,8 @@
 #include <limits>
 #include <vector>
 
-#include <kiln/core/cuda/pool.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/pool.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>

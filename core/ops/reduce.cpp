@@ -9,8 +9,8 @@
 #include <limits>
 
 #include <kiln/core/cpu/reduce.h>
-#include <kiln/core/cuda/reduce.h>
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/kernels/reduce.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/ops/common.h>
 

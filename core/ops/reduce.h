@@ -2,7 +2,7 @@
 // Floating inputs accumulate in double on the CPU and in float on CUDA (f64 in double); sum of
 // integers or bool gives i64 (like torch). Results are the same for any thread count and on every
 // run (Note [Deterministic reductions] in core/cpu/reduce.h, Note [CUDA reductions] in
-// core/cuda/reduce_plan.h).
+// core/cuda/plan/reduce_plan.h).
 #pragma once
 
 #include <cstdint>

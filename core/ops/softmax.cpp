@@ -1,4 +1,4 @@
-// softmax family: the fronts (checks, then CUDA tensors to core/cuda/softmax.cu) and the CPU
+// softmax family: the fronts (checks, then CUDA tensors to core/cuda/kernels/softmax.cu) and the CPU
 // kernels. The input is viewed as (outer, n, inner) with n the softmax dim. inner == 1 (the last
 // dim) runs one row per task in three passes: max, exp + sum (writing exp), scale; the loops keep
 // 16 lanes so they vectorize. inner > 1 walks runs of columns, vectorized across them.
@@ -13,8 +13,8 @@
 
 #include <kiln/core/cpu/reduce.h>
 #include <kiln/core/cpu/vec_math.h>
-#include <kiln/core/cuda/runtime.h>
-#include <kiln/core/cuda/softmax.h>
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/core/cuda/kernels/softmax.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/ops/common.h>
 

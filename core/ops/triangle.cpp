@@ -1,11 +1,11 @@
 // triu/tril: each (batch, row) of the output is one run copied from the input and two runs filled
-// with zero, so rows are independent and split over threads freely (CUDA: core/cuda/triangle.cu).
+// with zero, so rows are independent and split over threads freely (CUDA: core/cuda/kernels/triangle.cu).
 #include <kiln/core/ops/triangle.h>
 
 #include <algorithm>
 
-#include <kiln/core/cuda/runtime.h>
-#include <kiln/core/cuda/triangle.h>
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/core/cuda/kernels/triangle.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>

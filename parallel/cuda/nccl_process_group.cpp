@@ -10,10 +10,10 @@
 #include <cstring>
 #include <thread>
 
-#include <kiln/core/cuda/allocator.h>
-#include <kiln/core/cuda/check.h>
-#include <kiln/core/cuda/runtime.h>
-#include <kiln/core/cuda/stream.h>
+#include <kiln/core/cuda/runtime/allocator.h>
+#include <kiln/core/cuda/runtime/check.cuh>
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/factory.h>
 
 // The communicator is non-blocking (so a missing rank times out instead of hanging), so a call

@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include <kiln/core/cuda/flash_attention.h>
+#include <kiln/core/cuda/kernels/flash_attention.h>
 
 using namespace kiln;
 

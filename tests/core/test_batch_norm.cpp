@@ -1,10 +1,10 @@
 // The raw batch norm kernels (kiln::ops::batch_norm, batch_norm_backward) on the CPU against plain
 // double loops: statistics, output, running-stat update, eval mode, the three gradients and which
 // are computed, thread independence, errors. Also the index cursors of the CUDA kernels
-// (core/cuda/batch_norm_index.h) against division, which run here on the CPU.
+// (core/cuda/plan/batch_norm_index.h) against division, which run here on the CPU.
 #include "test_util.h"
 
-#include <kiln/core/cuda/batch_norm_index.h>
+#include <kiln/core/cuda/plan/batch_norm_index.h>
 #include <kiln/core/ops/batch_norm.h>
 
 using namespace kiln;

@@ -4,7 +4,7 @@
 // statistics, empty_cache, the out-of-memory retry and error, and concurrent use.
 #include "test_util.h"
 
-#include <kiln/core/cuda/caching_allocator.h>
+#include <kiln/core/cuda/runtime/caching_allocator.h>
 
 #include <map>
 #include <random>

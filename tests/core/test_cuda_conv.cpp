@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include <kiln/core/cuda/conv.h>
+#include <kiln/core/cuda/kernels/conv.h>
 
 using namespace kiln;
 using ops::Conv2dOptions;

@@ -357,7 +357,7 @@ TEST_CASE("a 0-dim CPU tensor acts as a scalar next to CUDA tensors; other devic
 }
 
 TEST_CASE("loops with more than 8 unmergeable dims give the CPU's results") {
-  // Note [32-bit pieces] in core/cuda/elementwise_offsets.h: 10 dims run as 4 launches of 8.
+  // Note [32-bit pieces] in core/cuda/plan/elementwise_offsets.h: 10 dims run as 4 launches of 8.
   test::require_cuda();
   const Shape shape(10, 2);  // 10 dims of 2
   Tensor x = test::random(shape, DType::f32, 9100);

@@ -8,8 +8,8 @@
 #include <optional>
 #include <thread>
 
-#include <kiln/core/cuda/gemm.h>
-#include <kiln/core/cuda/stream.h>
+#include <kiln/core/cuda/kernels/gemm.h>
+#include <kiln/core/cuda/runtime/stream.h>
 
 #include "matmul_reference.h"
 

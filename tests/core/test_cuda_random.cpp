@@ -4,7 +4,7 @@
 #include "test_util.h"
 
 #include <kiln/autograd/ops/functional.h>
-#include <kiln/core/cuda/random.h>
+#include <kiln/core/cuda/kernels/random.h>
 
 #include <cstring>
 

@@ -3,7 +3,7 @@
 // of the original shape and strides, and the split of big loops into 32-bit pieces.
 #include "test_util.h"
 
-#include <kiln/core/cuda/elementwise_offsets.h>
+#include <kiln/core/cuda/plan/elementwise_offsets.h>
 
 #include <random>
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include <kiln/core/cuda/fault_queue.h>
+#include <kiln/core/cuda/runtime/fault_queue.h>
 
 using namespace kiln;
 using kiln::cuda::FaultQueue;

@@ -1,4 +1,4 @@
-// The flash-attention kernels' index math on the CPU (core/cuda/flash_attention_tiling.h): the
+// The flash-attention kernels' index math on the CPU (core/cuda/plan/flash_attention_tiling.h): the
 // causal tile skipping visits every tile holding a visible (query, key) pair and no tile without
 // one, the block order covers every (head, tile) once, the shared-memory layouts fit and keep
 // WMMA's alignment, and a host mirror of the kernels' tile loops computes attention and its
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include <kiln/core/cuda/flash_attention_tiling.h>
+#include <kiln/core/cuda/plan/flash_attention_tiling.h>
 
 using namespace kiln;
 namespace flash = kiln::cuda::flash;

@@ -1,4 +1,4 @@
-// The CUDA GEMM's index math on the CPU (core/cuda/gemm_plan.h): every product the CUDA tests run is
+// The CUDA GEMM's index math on the CPU (core/cuda/plan/gemm_plan.h): every product the CUDA tests run is
 // planned into cuBLASLt calls, and the calls are executed on the host with cuBLAS's column-major
 // semantics (op(A) (m, k) * op(B) (k, n) into D (m, n), leading dims, strided batches). The result
 // must match the float64 reference, every output element must be written exactly once, and every
@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include <kiln/core/cuda/gemm_plan.h>
+#include <kiln/core/cuda/plan/gemm_plan.h>
 
 #include "matmul_reference.h"
 

@@ -1,8 +1,8 @@
-// The offset math of the CUDA index kernels (core/cuda/index_math.h), checked on the CPU against
+// The offset math of the CUDA index kernels (core/cuda/plan/index_math.h), checked on the CPU against
 // offsets computed from multi-indices by hand: every row-major position of a shape maps to the
 // element each operand's strides name, with a dim left out, a coordinate picked out, size-1 dims
 // dropped. Runs without a GPU.
-#include <kiln/core/cuda/index_math.h>
+#include <kiln/core/cuda/plan/index_math.h>
 
 #include "test_util.h"
 

@@ -1,9 +1,9 @@
-// The strided index math of the CUDA copy/fill kernels (core/cuda/offset_calc.h), on the CPU:
+// The strided index math of the CUDA copy/fill kernels (core/cuda/plan/offset_calc.h), on the CPU:
 // dims merge where operands allow, and every linear index maps to the offsets a hand walk of
 // the strides gives, in 32-bit and 64-bit index math.
 #include "test_util.h"
 
-#include <kiln/core/cuda/offset_calc.h>
+#include <kiln/core/cuda/plan/offset_calc.h>
 
 using namespace kiln;
 using cuda::OffsetCalc;

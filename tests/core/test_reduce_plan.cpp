@@ -1,4 +1,4 @@
-// The index math of the CUDA reductions (core/cuda/reduce_plan.h), checked on the CPU: walking the
+// The index math of the CUDA reductions (core/cuda/plan/reduce_plan.h), checked on the CPU: walking the
 // blocks and threads of each kernel exactly as the kernels do, every input element is read once
 // and every output (or partial) slot is written once; the max/min combine gives the CPU's answer
 // in any tree order. Runs without a GPU.
@@ -8,7 +8,7 @@
 #include <limits>
 #include <random>
 
-#include <kiln/core/cuda/reduce_plan.h>
+#include <kiln/core/cuda/plan/reduce_plan.h>
 
 #include "test_util.h"
 

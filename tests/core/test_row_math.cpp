@@ -1,8 +1,8 @@
-// The host-and-device arithmetic of the CUDA row kernels (core/cuda/row_math.h), checked on the CPU
+// The host-and-device arithmetic of the CUDA row kernels (core/cuda/plan/row_math.h), checked on the CPU
 // so it is covered without a GPU: launch shapes, the thread -> chunk mapping (every element once),
 // vector eligibility, the layer-norm backward row split, and the online (max, sum) pair, including
 // a simulation of the warp butterflies and the block merge the kernels do.
-#include <kiln/core/cuda/row_math.h>
+#include <kiln/core/cuda/plan/row_math.h>
 
 #include <algorithm>
 #include <cmath>

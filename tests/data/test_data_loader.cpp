@@ -8,7 +8,7 @@
 #include <numeric>
 #include <thread>
 
-#include <kiln/core/cuda/runtime.h>
+#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/data/data_loader.h>
 #include <kiln/data/sampler.h>
 

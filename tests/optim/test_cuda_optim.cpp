@@ -16,7 +16,7 @@ using namespace kiln;
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int64_t kChunk = 65536;  // core/cuda/multi_tensor.h kChunkSize
+constexpr int64_t kChunk = 65536;  // core/cuda/kernels/multi_tensor.h kChunkSize
 
 std::string str(const std::string& what, size_t k) { return what + " " + std::to_string(k); }
 

@@ -1,5 +1,5 @@
 // The table packing behind the fused CUDA optimizer, clipping and GradScaler kernels
-// (core/cuda/multi_tensor.h, Note [Multi-tensor table]), checked on the CPU: every chunk of every
+// (core/cuda/kernels/multi_tensor.h, Note [Multi-tensor table]), checked on the CPU: every chunk of every
 // non-empty tensor lands in exactly one block of exactly one launch, no table overflows, and a
 // tensor cut by a full table continues in the next one.
 #include "test_util.h"
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include <kiln/core/cuda/multi_tensor.h>
+#include <kiln/core/cuda/kernels/multi_tensor.h>
 
 using namespace kiln;
 namespace mt = kiln::cuda::mt;

@@ -1,4 +1,4 @@
-// The arithmetic the CUDA optimizer and GradScaler kernels run (core/cuda/optim_step_math.h),
+// The arithmetic the CUDA optimizer and GradScaler kernels run (core/cuda/plan/optim_step_math.h),
 // checked on the CPU against the CPU optimizers and GradScaler it transcribes, including the device
 // step counting of Note [Device step counts]: a skipped step advances nothing, AdamW's bias
 // corrections and SGD's first momentum buffer follow the real updates.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <kiln/core/cuda/optim_step_math.h>
+#include <kiln/core/cuda/plan/optim_step_math.h>
 #include <kiln/core/dispatch.h>
 
 using namespace kiln;

@@ -1,0 +1,40 @@
+// CUDA comparisons (eq ne lt le gt ge) of two tensors, giving bool, through the engine in
+// core/cuda/loops.cuh. Operands arrive broadcast and in the promoted dtype. The tensor-scalar
+// forms are in elementwise_compare_scalar.cu (the two compile in parallel).
+#include <kiln/core/cuda/kernels/elementwise.h>
+#include <kiln/core/cuda/kernels/elementwise_functors.cuh>
+#include <kiln/core/cuda/kernels/loops.cuh>
+
+namespace kiln::cuda {
+
+const char* op_name(CompareOp op) {
+  switch (op) {
+    case CompareOp::eq: return "eq";
+    case CompareOp::ne: return "ne";
+    case CompareOp::lt: return "lt";
+    case CompareOp::le: return "le";
+    case CompareOp::gt: return "gt";
+    case CompareOp::ge: return "ge";
+  }
+  return "?";
+}
+
+void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  const char* name = op_name(op);
+  KILN_CHECK(out.dtype() == DType::b8, name, ": the output must be bool, got ", out.dtype());
+  KILN_CHECK(a.dtype() == b.dtype(), name, ": expected one dtype, got ", a.dtype(), " and ", b.dtype());
+  // a > b is b < a and a >= b is b <= a (NaN included): four kernels serve six ops.
+  dispatch_numeric_device(a.dtype(), name, [&]<class T>() {
+    switch (op) {
+      case CompareOp::eq: return launch_map<bool, T, T>(out, {&a, &b}, fn::Eq{});
+      case CompareOp::ne: return launch_map<bool, T, T>(out, {&a, &b}, fn::Ne{});
+      case CompareOp::lt: return launch_map<bool, T, T>(out, {&a, &b}, fn::Lt{});
+      case CompareOp::le: return launch_map<bool, T, T>(out, {&a, &b}, fn::Le{});
+      case CompareOp::gt: return launch_map<bool, T, T>(out, {&b, &a}, fn::Lt{});
+      case CompareOp::ge: return launch_map<bool, T, T>(out, {&b, &a}, fn::Le{});
+    }
+    KILN_ASSERT(false, "compare: unknown op ", static_cast<int>(op));
+  });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,284 @@
+// Layer norm on the GPU, x viewed as (rows, n). Forward: one warp or one block per row (Note [Row
+// launches]), mean and then the variance around it (two reads; the row is still in L1/L2), a third
+// read writes out; mean and rstd are saved per row (f32, f64 for f64 input, as on the CPU).
+// Backward (the llm.c layernorm_backward idea): each block owns a run of rows and writes grad_x for
+// them while summing its own grad_weight / grad_bias partials in float (in shared memory when they
+// fit); a second kernel adds the per-block partials in a fixed order, so results are deterministic
+// without float atomics. 16-byte vectors when n and the pointers allow, scalar otherwise.
+#include <kiln/core/cuda/kernels/layer_norm.h>
+
+#include <kiln/core/cuda/kernels/softmax.cuh>
+
+namespace kiln::cuda {
+
+namespace {
+
+using namespace rowwise;
+
+// Partial sums use shared memory below the 48 KiB a block gets without opting in (less the static
+// scratch); longer rows keep them in the global scratch tensor.
+constexpr size_t kMaxSharedPartials = 46 * 1024;
+
+template <class T, class P, int V>
+__global__ void __launch_bounds__(1024, 1) layer_norm_forward_kernel(T* __restrict__ out,           // (rows, n)
+                                          dacc_t<T>* __restrict__ mean,  // (rows,)
+                                          dacc_t<T>* __restrict__ rstd,  // (rows,)
+                                          const T* __restrict__ x,       // (rows, n)
+                                          const P* __restrict__ weight,  // (n,) or null
+                                          const P* __restrict__ bias,    // (n,) or null
+                                          int64_t rows, int64_t n, dacc_t<T> eps) {
+  using A = dacc_t<T>;
+  __shared__ A scratch[32];
+  const int64_t step = int64_t(gridDim.x) * blockDim.y;
+  const int64_t first = int64_t(threadIdx.x) * V, stride = int64_t(blockDim.x) * V;
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += step) {
+    const T* xr = x + row * n;
+    A sum[1] = {A(0)};
+    for (int64_t j = first; j < n; j += stride) {
+      A v[V];
+      load_pack<V>(xr + j, v);
+#pragma unroll
+      for (int k = 0; k < V; ++k) sum[0] += v[k];
+    }
+    row_sum<1>(sum, scratch);
+    const A mu = sum[0] / A(n);
+    A sq[1] = {A(0)};
+    for (int64_t j = first; j < n; j += stride) {
+      A v[V];
+      load_pack<V>(xr + j, v);
+#pragma unroll
+      for (int k = 0; k < V; ++k) sq[0] += (v[k] - mu) * (v[k] - mu);
+    }
+    row_sum<1>(sq, scratch);
+    const A rs = A(1) / sqrt_of(sq[0] / A(n) + eps);
+    for (int64_t j = first; j < n; j += stride) {
+      A v[V], w[V], b[V];
+      load_pack<V>(xr + j, v);
+      if (weight) load_pack<V>(weight + j, w);
+      if (bias) load_pack<V>(bias + j, b);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        A y = (v[k] - mu) * rs;
+        if (weight) y *= w[k];
+        if (bias) y += b[k];
+        v[k] = y;
+      }
+      store_pack<V>(out + row * n + j, v);
+    }
+    if (threadIdx.x == 0) {
+      mean[row] = mu;
+      rstd[row] = rs;
+    }
+  }
+}
+
+// One block (blockDim (threads, 1)) per run of rows_per_block rows. Thread k owns the columns of
+// its chunks (Note [Row launches]) in the partial sums: it alone zeroes, adds to and copies them
+// out, so they need neither barriers nor atomics.
+template <class T, class P, int V>
+__global__ void __launch_bounds__(1024, 1) layer_norm_backward_kernel(T* __restrict__ grad_x,               // (rows, n)
+                                           dacc_t<T>* __restrict__ part_w,       // (gridDim.x, n) or null
+                                           dacc_t<T>* __restrict__ part_b,       // (gridDim.x, n) or null
+                                           const T* __restrict__ g,              // (rows, n)
+                                           const T* __restrict__ x,              // (rows, n)
+                                           const dacc_t<T>* __restrict__ mean,   // (rows,)
+                                           const dacc_t<T>* __restrict__ rstd,   // (rows,)
+                                           const P* __restrict__ weight,         // (n,) or null
+                                           int64_t rows, int64_t n, int64_t rows_per_block, bool in_shared) {
+  using A = dacc_t<T>;
+  extern __shared__ __align__(16) unsigned char shared_partials[];  // (parts, n) when in_shared
+  __shared__ A scratch[64];
+  A* acc_w = nullptr;
+  A* acc_b = nullptr;
+  if (in_shared) {
+    A* base = reinterpret_cast<A*>(shared_partials);
+    if (part_w) acc_w = base;
+    if (part_b) acc_b = base + (part_w ? n : 0);
+  } else {
+    if (part_w) acc_w = part_w + int64_t(blockIdx.x) * n;
+    if (part_b) acc_b = part_b + int64_t(blockIdx.x) * n;
+  }
+  const int64_t first = int64_t(threadIdx.x) * V, stride = int64_t(blockDim.x) * V;
+  for (int64_t j = first; j < n; j += stride) {
+    A zero[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) zero[k] = A(0);
+    if (acc_w) store_pack<V>(acc_w + j, zero);
+    if (acc_b) store_pack<V>(acc_b + j, zero);
+  }
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+  for (int64_t row = r0; row < r1; ++row) {
+    const A mu = mean[row], rs = rstd[row];
+    const T* gr = g + row * n;
+    const T* xr = x + row * n;
+    // dn = g * weight; grad_x = rstd * (dn - mean(dn) - xhat * mean(dn * xhat))
+    A red[2] = {A(0), A(0)};
+    for (int64_t j = first; j < n; j += stride) {
+      A gv[V], xv[V], wv[V], aw[V], ab[V];
+      load_pack<V>(gr + j, gv);
+      load_pack<V>(xr + j, xv);
+      if (weight) load_pack<V>(weight + j, wv);
+      if (acc_w) load_pack<V>(acc_w + j, aw);
+      if (acc_b) load_pack<V>(acc_b + j, ab);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A xh = (xv[k] - mu) * rs;
+        const A dn = weight ? gv[k] * wv[k] : gv[k];
+        red[0] += dn;
+        red[1] += dn * xh;
+        if (acc_w) aw[k] += gv[k] * xh;
+        if (acc_b) ab[k] += gv[k];
+      }
+      if (acc_w) store_pack<V>(acc_w + j, aw);
+      if (acc_b) store_pack<V>(acc_b + j, ab);
+    }
+    row_sum<2>(red, scratch);
+    const A a = red[0] / A(n), b = red[1] / A(n);
+    for (int64_t j = first; j < n; j += stride) {
+      A gv[V], xv[V], wv[V];
+      load_pack<V>(gr + j, gv);
+      load_pack<V>(xr + j, xv);
+      if (weight) load_pack<V>(weight + j, wv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A xh = (xv[k] - mu) * rs;
+        const A dn = weight ? gv[k] * wv[k] : gv[k];
+        gv[k] = rs * (dn - a - xh * b);
+      }
+      store_pack<V>(grad_x + row * n + j, gv);
+    }
+  }
+  if (in_shared) {
+    for (int64_t j = first; j < n; j += stride) {
+      A v[V];
+      if (acc_w) {
+        load_pack<V>(acc_w + j, v);
+        store_pack<V>(part_w + int64_t(blockIdx.x) * n + j, v);
+      }
+      if (acc_b) {
+        load_pack<V>(acc_b + j, v);
+        store_pack<V>(part_b + int64_t(blockIdx.x) * n + j, v);
+      }
+    }
+  }
+}
+
+// out[j] = sum over blocks b, in order, of part[b, j] (in double).
+template <class A, class O>
+__global__ void sum_partials_kernel(O* __restrict__ out,         // (n,)
+                                    const A* __restrict__ part,  // (blocks, n)
+                                    int64_t blocks, int64_t n) {
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+    double s = 0;
+    for (int64_t b = 0; b < blocks; ++b) s += static_cast<double>(part[b * n + j]);
+    out[j] = store_as<O>(s);
+  }
+}
+
+DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+// Parameters in x's dtype are read as they are; any other dtype is converted to the compute dtype
+// (f32, f64 for f64 x) once, so the kernels see P = T or P = dacc_t<T>.
+bool params_in_x_dtype(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return (!weight.defined() || weight.dtype() == x.dtype()) && (!bias.defined() || bias.dtype() == x.dtype());
+}
+Tensor param_as(const Tensor& p, DType dt) { return p.defined() ? p.to(dt).contiguous() : Tensor(); }
+
+template <class P>
+const P* ptr_or_null(const Tensor& t) {
+  return t.defined() ? ptr<const P>(t) : nullptr;
+}
+const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+template <class T, class F>
+void with_param(bool in_x_dtype, F&& f) {
+  if (in_x_dtype) f.template operator()<T>();
+  else f.template operator()<dacc_t<T>>();
+}
+
+}  // namespace
+
+ops::LayerNormResult layer_norm(const Tensor& x_in, int64_t n, const Tensor& weight, const Tensor& bias, double eps) {
+  cudaStream_t s = stream_for(x_in);
+  const Tensor x = x_in.contiguous();
+  const Device dev = x.device();
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  const DType sdt = stats_dtype(x.dtype());
+  ops::LayerNormResult r{empty(x.shape(), x.dtype(), dev), empty({rows}, sdt, dev), empty({rows}, sdt, dev)};
+  if (rows == 0) return r;
+  const bool same = params_in_x_dtype(x, weight, bias);
+  const Tensor w = param_as(weight, same ? x.dtype() : sdt), b = param_as(bias, same ? x.dtype() : sdt);
+  dispatch_floating_device(x.dtype(), "layer_norm", [&]<class T>() {
+    using A = dacc_t<T>;
+    with_param<T>(same, [&]<class P>() {
+      const bool vec = can_vectorize(n, kVec<T>, {x.data_ptr(), r.out.data_ptr(), data_or_null(w), data_or_null(b)});
+      with_vec<T>(vec, [&]<int V>() {
+        const RowLaunch rl = row_launch(rows, n, V);
+        layer_norm_forward_kernel<T, P, V><<<grid_of(rl), block_of(rl), 0, s>>>(
+            ptr<T>(r.out), ptr<A>(r.mean), ptr<A>(r.rstd), ptr<const T>(x), ptr_or_null<P>(w), ptr_or_null<P>(b), rows,
+            n, static_cast<A>(eps));
+      });
+    });
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+  return r;
+}
+
+ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x_in, const Tensor& mean,
+                                        const Tensor& rstd, const Tensor& weight, const Shape& normalized_shape,
+                                        bool with_bias) {
+  const char* op = "layer_norm_backward";
+  cudaStream_t s = stream_for(x_in);
+  const Tensor x = x_in.contiguous(), g = grad_out.contiguous();
+  const Device dev = x.device();
+  const int64_t n = shape_numel(normalized_shape);
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  const DType sdt = stats_dtype(x.dtype());
+  const Tensor mu = mean.to(sdt).contiguous(), rs = rstd.to(sdt).contiguous();
+  const bool want_w = weight.defined();
+  ops::LayerNormGrads grads;
+  grads.grad_x = empty(x.shape(), x.dtype(), dev);
+  if (want_w) grads.grad_weight = empty(normalized_shape, weight.dtype(), dev);
+  if (with_bias) grads.grad_bias = empty(normalized_shape, want_w ? weight.dtype() : x.dtype(), dev);
+  if (rows == 0) {  // sums over no rows
+    if (want_w) grads.grad_weight.zero_();
+    if (with_bias) grads.grad_bias.zero_();
+    return grads;
+  }
+  const bool same = params_in_x_dtype(x, weight, Tensor());
+  const Tensor w = param_as(weight, same ? x.dtype() : sdt);
+  const RowSplit split = split_rows(rows);
+  const int64_t parts = int64_t(want_w) + int64_t(with_bias);
+  const Tensor partials = parts > 0 ? empty({parts, split.blocks, n}, sdt, dev) : Tensor();
+
+  dispatch_floating_device(x.dtype(), op, [&]<class T>() {
+    using A = dacc_t<T>;
+    A* part_w = want_w ? ptr<A>(partials) : nullptr;
+    A* part_b = with_bias ? ptr<A>(partials) + (want_w ? split.blocks * n : 0) : nullptr;
+    with_param<T>(same, [&]<class P>() {
+      const bool vec = can_vectorize(n, kVec<T>, {x.data_ptr(), g.data_ptr(), grads.grad_x.data_ptr(),
+                                                  data_or_null(w), data_or_null(partials)});
+      with_vec<T>(vec, [&]<int V>() {
+        const int threads = block_row_threads(n, V);
+        const size_t shared = static_cast<size_t>(parts * n) * sizeof(A);
+        const bool in_shared = shared <= kMaxSharedPartials;
+        layer_norm_backward_kernel<T, P, V><<<static_cast<unsigned>(split.blocks), threads, in_shared ? shared : 0, s>>>(
+            ptr<T>(grads.grad_x), part_w, part_b, ptr<const T>(g), ptr<const T>(x), ptr<const A>(mu), ptr<const A>(rs),
+            ptr_or_null<P>(w), rows, n, split.rows_per_block, in_shared);
+      });
+    });
+    KILN_CUDA_CHECK_LAUNCH();
+    auto sum_into = [&](Tensor& out, const A* part) {
+      dispatch_floating_device(out.dtype(), op, [&]<class O>() {
+        sum_partials_kernel<A, O><<<blocks_for(n), kThreads, 0, s>>>(ptr<O>(out), part, split.blocks, n);
+      });
+      KILN_CUDA_CHECK_LAUNCH();
+    };
+    if (want_w) sum_into(grads.grad_weight, part_w);
+    if (with_bias) sum_into(grads.grad_bias, part_b);
+  });
+  return grads;
+}
+
+}  // namespace kiln::cuda
