@@ -55,6 +55,7 @@ template <class E>
   throw E(check_message(file, line, msg));
 }
 [[noreturn]] void throw_assert_failure(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void throw_unreachable(const char* file, int line, const std::string& msg);
 
 }  // namespace detail
 }  // namespace kiln
@@ -78,6 +79,23 @@ template <class E>
 #define KILN_CHECK_INDEX(cond, ...) KILN_CHECK_AS(::kiln::IndexError, cond, __VA_ARGS__)
 #define KILN_CHECK_IO(cond, ...) KILN_CHECK_AS(::kiln::IOError, cond, __VA_ARGS__)
 #define KILN_CHECK_DIST(cond, ...) KILN_CHECK_AS(::kiln::DistributedError, cond, __VA_ARGS__)
+
+// KILN_FAIL("message", values...): a user error found without a condition left to test (a lookup
+// that found nothing, a failed system call, a parse error caught); throws like a failed KILN_CHECK.
+// KILN_FAIL_AS(ErrorType, ...) and KILN_FAIL_VALUE/_INDEX/_IO/_DIST throw the subclass.
+#define KILN_FAIL(...) \
+  ::kiln::detail::throw_check_failure(__FILE__, __LINE__, "", ::kiln::detail::str_cat(__VA_ARGS__))
+#define KILN_FAIL_AS(ErrorType, ...) \
+  ::kiln::detail::throw_check_failure_as<ErrorType>(__FILE__, __LINE__, ::kiln::detail::str_cat(__VA_ARGS__))
+#define KILN_FAIL_VALUE(...) KILN_FAIL_AS(::kiln::ValueError, __VA_ARGS__)
+#define KILN_FAIL_INDEX(...) KILN_FAIL_AS(::kiln::IndexError, __VA_ARGS__)
+#define KILN_FAIL_IO(...) KILN_FAIL_AS(::kiln::IOError, __VA_ARGS__)
+#define KILN_FAIL_DIST(...) KILN_FAIL_AS(::kiln::DistributedError, __VA_ARGS__)
+
+// KILN_UNREACHABLE(...): control reached a branch Kiln's own logic rules out (an enum value no
+// case handles, a kernel asked for in a build without it): "this is a bug in Kiln".
+#define KILN_UNREACHABLE(...) \
+  ::kiln::detail::throw_unreachable(__FILE__, __LINE__, ::kiln::detail::str_cat("" __VA_OPT__(, ) __VA_ARGS__))
 
 // KILN_ASSERT(cond, ...): "this is a bug in Kiln". Always evaluated (never compiled out).
 #define KILN_ASSERT(cond, ...)                                                              \

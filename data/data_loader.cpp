@@ -110,7 +110,7 @@ std::optional<Batch> DataLoader::next() {
     error_ = detail::str_cat("DataLoader: building batch ", b, " (dataset indices from ",
                              indices_[static_cast<size_t>(b * options_.batch_size_)], ") failed: ", slot.error);
     cv_.notify_all();
-    KILN_CHECK(false, error_);
+    KILN_FAIL(error_);
   }
   ++next_out_;
   cv_.notify_all();  // a window slot is free

@@ -141,9 +141,9 @@ void TokenLoader::set_cursor(const std::string& cursor) {
       else if (key == "seq_len") seq_len = std::stoll(value);
       else if (key == "shuffle") shuffle = std::stoll(value);
       else if (key == "seed") seed = std::stoull(value), has_seed = true;
-      else KILN_CHECK(false, "TokenLoader::set_cursor: unknown field \"", key, "\" in \"", cursor, "\"");
+      else KILN_FAIL("TokenLoader::set_cursor: unknown field \"", key, "\" in \"", cursor, "\"");
     } catch (const std::logic_error&) {
-      KILN_CHECK(false, "TokenLoader::set_cursor: bad value \"", value, "\" for ", key, " in \"", cursor, "\"");
+      KILN_FAIL("TokenLoader::set_cursor: bad value \"", value, "\" for ", key, " in \"", cursor, "\"");
     }
   }
   KILN_CHECK(epoch >= 0 && position >= 0 && windows >= 0 && seq_len >= 0 && shuffle >= 0 && has_seed,

@@ -28,12 +28,12 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    KILN_CHECK_IO(false, "token shard ", path_, ": cannot stat: ", std::strerror(err));
+    KILN_FAIL_IO("token shard ", path_, ": cannot stat: ", std::strerror(err));
   }
   const int64_t file_bytes = st.st_size;
   if (file_bytes < kTokenShardHeaderBytes) {
     ::close(fd);
-    KILN_CHECK_IO(false, "token shard ", path_, ": truncated: the file has ", file_bytes,
+    KILN_FAIL_IO("token shard ", path_, ": truncated: the file has ", file_bytes,
                   " bytes, fewer than the ", kTokenShardHeaderBytes, "-byte header");
   }
   map_bytes_ = static_cast<size_t>(file_bytes);
@@ -42,7 +42,7 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
   ::close(fd);  // the mapping keeps the file alive
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    KILN_CHECK_IO(false, "token shard ", path_, ": mmap of ", file_bytes, " bytes failed: ", std::strerror(map_err));
+    KILN_FAIL_IO("token shard ", path_, ": mmap of ", file_bytes, " bytes failed: ", std::strerror(map_err));
   }
   try {
     int32_t header[3];
@@ -108,7 +108,7 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
     int err = errno;
     std::fclose(f);
     std::remove(tmp.c_str());
-    KILN_CHECK_IO(false, "write_token_shard ", path, ": ", what, " ", tmp, " failed: ", std::strerror(err));
+    KILN_FAIL_IO("write_token_shard ", path, ": ", what, " ", tmp, " failed: ", std::strerror(err));
   };
   std::array<int32_t, kTokenShardHeaderBytes / 4> header{};
   header[0] = kTokenShardMagic;
@@ -121,12 +121,12 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
   if (std::fclose(f) != 0) {
     int err = errno;
     std::remove(tmp.c_str());
-    KILN_CHECK_IO(false, "write_token_shard ", path, ": closing ", tmp, " failed: ", std::strerror(err));
+    KILN_FAIL_IO("write_token_shard ", path, ": closing ", tmp, " failed: ", std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     std::remove(tmp.c_str());
-    KILN_CHECK_IO(false, "write_token_shard ", path, ": renaming ", tmp, " failed: ", std::strerror(err));
+    KILN_FAIL_IO("write_token_shard ", path, ": renaming ", tmp, " failed: ", std::strerror(err));
   }
 }
 

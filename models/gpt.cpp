@@ -58,7 +58,7 @@ GPTConfig gpt_config(const std::string& name) {
     if (name == p.name) return p.config;
     known += known.empty() ? p.name : std::string(", ") + p.name;
   }
-  KILN_CHECK(false, "gpt_config: unknown preset '", name, "'; the presets are: ", known);
+  KILN_FAIL("gpt_config: unknown preset '", name, "'; the presets are: ", known);
   return {};
 }
 

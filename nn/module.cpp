@@ -146,14 +146,14 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
 Tensor Module::parameter(const std::string& name) const {
   for (const auto& [n, t] : parameters_)
     if (n == name) return t;
-  KILN_CHECK(false, this->name(), " has no parameter \"", name, "\" (parameters: ", names_of(parameters_), ")");
+  KILN_FAIL(this->name(), " has no parameter \"", name, "\" (parameters: ", names_of(parameters_), ")");
   return Tensor();
 }
 
 Tensor Module::buffer(const std::string& name) const {
   for (const auto& [n, t] : buffers_)
     if (n == name) return t;
-  KILN_CHECK(false, this->name(), " has no buffer \"", name, "\" (buffers: ", names_of(buffers_), ")");
+  KILN_FAIL(this->name(), " has no buffer \"", name, "\" (buffers: ", names_of(buffers_), ")");
   return Tensor();
 }
 

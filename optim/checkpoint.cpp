@@ -120,7 +120,7 @@ TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& mo
   try {
     file = load_safetensors(path);
   } catch (const Error& e) {
-    KILN_CHECK_IO(false, "load_checkpoint: ", path, ": not a readable checkpoint (truncated or corrupt?): ", e.what());
+    KILN_FAIL_IO("load_checkpoint: ", path, ": not a readable checkpoint (truncated or corrupt?): ", e.what());
   }
   const auto& meta = file.metadata;
   auto format = meta.find("format");
@@ -155,7 +155,7 @@ TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& mo
     else if (starts_with(name, "extra."))
       extra_in.emplace_back(name.substr(6), t);
     else
-      KILN_CHECK_IO(false, "load_checkpoint: ", path, ": unexpected tensor '", name, "'");
+      KILN_FAIL_IO("load_checkpoint: ", path, ": unexpected tensor '", name, "'");
   }
   std::set<std::string> expected;
   for (const auto& [name, t] : model) {
@@ -174,7 +174,7 @@ TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& mo
   try {
     optimizer.validate_state_dict(optim_in);
   } catch (const Error& e) {
-    KILN_CHECK_IO(false, "load_checkpoint: ", path, ": optimizer state does not fit: ", e.what());
+    KILN_FAIL_IO("load_checkpoint: ", path, ": optimizer state does not fit: ", e.what());
   }
   TrainingProgress progress;
   progress.global_step = parse_number<int64_t>(path, meta, "global_step");

@@ -38,7 +38,7 @@ double entry(const NamedTensors& dict, const std::string& key, DType dt) {
                t.defined() ? t.shape() : Shape{});
     return t.item();
   }
-  KILN_CHECK(false, "GradScaler::load_state_dict: '", key, "' is missing");
+  KILN_FAIL("GradScaler::load_state_dict: '", key, "' is missing");
   return 0;
 }
 

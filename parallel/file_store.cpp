@@ -93,7 +93,7 @@ class FileStore final : public Store {
       try {
         value = std::stoll(s);
       } catch (const std::exception&) {
-        KILN_CHECK_DIST(false, "FileStore add: key \"", key, "\" holds \"", s, "\", not an integer");
+        KILN_FAIL_DIST("FileStore add: key \"", key, "\" holds \"", s, "\", not an integer");
       }
     }
     value += delta;
@@ -113,7 +113,7 @@ class FileStore final : public Store {
       if (Clock::now() >= deadline) {
         std::string names;
         for (const auto& k : missing) names += (names.empty() ? "\"" : ", \"") + k + "\"";
-        KILN_CHECK_DIST(false, "FileStore at ", dir_, ": timed out after ", timeout.count(), " ms waiting for key(s) ",
+        KILN_FAIL_DIST("FileStore at ", dir_, ": timed out after ", timeout.count(), " ms waiting for key(s) ",
                         names);
       }
       std::this_thread::sleep_for(pause);

@@ -151,7 +151,7 @@ class GlooProcessGroup final : public ProcessGroup {
       GlooStore gloo_store(store_);
       context_->connectFullMesh(gloo_store, device_);
     } catch (const std::exception& e) {
-      KILN_CHECK_DIST(false, "Gloo rendezvous failed on rank ", rank, " of ", size, " (host ", options.hostname_,
+      KILN_FAIL_DIST("Gloo rendezvous failed on rank ", rank, " of ", size, " (host ", options.hostname_,
                       ", timeout ", options.timeout_.count(), " ms): ", e.what());
     }
     if (size > 1) worker_ = std::thread([this] { worker_loop(); });  // one rank runs inline: see enqueue

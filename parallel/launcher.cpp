@@ -188,7 +188,7 @@ void Group::spawn(Worker& w) {
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
     int e = errno;
     for (int fd : {out[0], out[1]}) ::close(fd);
-    KILN_CHECK_DIST(false, "launch: pipe2 failed for rank ", w.rank, ": ", std::strerror(e));
+    KILN_FAIL_DIST("launch: pipe2 failed for rank ", w.rank, ": ", std::strerror(e));
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   // Signals stay blocked across fork() so the child never runs the launcher's handler; it resets
@@ -226,7 +226,7 @@ void Group::spawn(Worker& w) {
   ::close(err[1]);
   if (pid < 0) {
     ::close(out[0]), ::close(err[0]);
-    KILN_CHECK_DIST(false, "launch: fork failed for rank ", w.rank, ": ", std::strerror(fork_errno));
+    KILN_FAIL_DIST("launch: fork failed for rank ", w.rank, ": ", std::strerror(fork_errno));
   }
   ::setpgid(pid, pid);  // also in the parent, so signal_all() never races the child's setpgid
   w.pid = pid;

@@ -254,7 +254,7 @@ void Reducer::register_comm_hook(CommHook hook) {
 void Reducer::fail(const std::string& message) {
   if (failure_.empty()) failure_ = message;
   active_ = false;
-  KILN_CHECK_DIST(false, message);
+  KILN_FAIL_DIST(message);
 }
 
 void Reducer::on_grad_ready(size_t i) {
@@ -415,7 +415,7 @@ void Reducer::check_collective_order() {
        << "; KILN_DISTRIBUTED_DEBUG=DETAIL checks every iteration as it ends: Note [Deferred order check])";
     fail(os.str());
   }
-  KILN_ASSERT(false, "the deferred order check counted ", mismatched_slots_.item(),
+  KILN_UNREACHABLE("the deferred order check counted ", mismatched_slots_.item(),
               " differing slots but its record shows none");
 }
 
@@ -523,7 +523,7 @@ void Reducer::finish() {
     wait_launched_quietly();
     active_ = false;
     used_.assign(params_.size(), false);
-    KILN_CHECK_DIST(false, "DistributedDataParallel: ", missing.size(), " parameter(s) got no gradient in iteration ",
+    KILN_FAIL_DIST("DistributedDataParallel: ", missing.size(), " parameter(s) got no gradient in iteration ",
                     iteration_, ": ", join_names(names),
                     ". Every parameter must take part in the loss of every synced backward; pass "
                     "DDPOptions().find_unused_parameters(true) if some legitimately do not, or call "

@@ -169,7 +169,7 @@ class TcpStore final : public Store {
   [[noreturn]] void fail(const std::string& what, const std::string& why) {
     fd_.reset();
     in_.clear();
-    KILN_CHECK_DIST(false, "TCP store at ", where_, ": ", what, ": ", why);
+    KILN_FAIL_DIST("TCP store at ", where_, ": ", what, ": ", why);
     __builtin_unreachable();
   }
 

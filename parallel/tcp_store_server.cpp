@@ -113,7 +113,7 @@ void Server::State::run() {
     }
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      KILN_CHECK_DIST(false, "poll() failed: ", errno_text(errno));
+      KILN_FAIL_DIST("poll() failed: ", errno_text(errno));
     }
     if (fds[0].revents) return;  // stop requested
     if (fds[1].revents & POLLIN) accept_clients();

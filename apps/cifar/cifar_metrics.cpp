@@ -50,7 +50,7 @@ std::vector<EpochMetrics> read_metrics(const std::string& path) {
     try {
       out.push_back(from_json_line(line));
     } catch (const std::exception& e) {
-      KILN_CHECK(false, "metrics file ", path, " line ", n, " is not a metrics record: ", e.what());
+      KILN_FAIL("metrics file ", path, " line ", n, " is not a metrics record: ", e.what());
     }
   }
   return out;

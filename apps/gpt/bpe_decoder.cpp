@@ -51,7 +51,7 @@ BpeDecoder::BpeDecoder(const std::string& encoder_json_path) {
   try {
     in >> j;
   } catch (const std::exception& e) {
-    KILN_CHECK(false, "encoder ", encoder_json_path, " is not valid JSON: ", e.what());
+    KILN_FAIL("encoder ", encoder_json_path, " is not valid JSON: ", e.what());
   }
   KILN_CHECK(j.is_object(), "encoder ", encoder_json_path, " must be a JSON object of token string -> id");
   std::map<uint32_t, char> byte_of;

@@ -87,7 +87,7 @@ class FlashAttentionBackward final : public autograd::OpNode {
                                                                    scale_, needs_input_grad(0), need_dkdv);
       return {input_grad(0, d.dq), input_grad(1, d.dk), input_grad(2, d.dv)};
     } else {
-      KILN_ASSERT(false, "FlashAttentionBackward in a build without CUDA");
+      KILN_UNREACHABLE("FlashAttentionBackward in a build without CUDA");
       return {};
     }
   }
@@ -110,7 +110,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
     }
     return f.out;
   } else {
-    KILN_ASSERT(false, "flash attention in a build without CUDA");
+    KILN_UNREACHABLE("flash attention in a build without CUDA");
     return Tensor();
   }
 }

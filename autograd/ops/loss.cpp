@@ -33,7 +33,7 @@ Tensor reduce_rows(const Tensor& rows, Reduction reduction, const Shape& lead, c
     case Reduction::sum: return ops::sum(rows);
     case Reduction::mean: return ops::div(ops::sum(rows), count.to(rows.dtype()));  // count 0 gives nan, as torch
   }
-  KILN_ASSERT(false, "unknown reduction ", static_cast<int>(reduction));
+  KILN_UNREACHABLE("unknown reduction ", static_cast<int>(reduction));
   return Tensor();
 }
 

@@ -20,6 +20,21 @@ namespace kiln::cpu {
 inline constexpr int64_t kReduceBlock = 4096;    // values per block along a row
 inline constexpr int64_t kReduceColumns = 256;   // outputs per task in column reductions
 
+// Sum of f(i) for i < n in kLanes lanes folded pairwise (a fixed order that vectorizes): the row
+// sums of softmax and cross-entropy.
+inline constexpr int kLanes = 16;
+template <class C, class F>
+inline C lane_sum(int64_t n, F f) {
+  C s[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) s[j] += f(i + j);
+  for (; i < n; ++i) s[0] += f(i);
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) s[j] += s[j + w];
+  return s[0];
+}
+
 // Sum of f(p[i]) for i < n with 8 interleaved accumulators (a fixed order the compiler vectorizes).
 template <class Acc, class T, class F>
 inline Acc sum_run(const T* __restrict__ p, int64_t n, F f) {

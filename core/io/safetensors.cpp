@@ -128,7 +128,7 @@ bool SafetensorsFile::contains(const std::string& name) const {
 const Tensor& SafetensorsFile::at(const std::string& name) const {
   for (const auto& [n, t] : tensors)
     if (n == name) return t;
-  KILN_CHECK_IO(false, "safetensors: ", path, " holds no tensor named '", name, "' (", tensors.size(), " tensors)");
+  KILN_FAIL_IO("safetensors: ", path, " holds no tensor named '", name, "' (", tensors.size(), " tensors)");
   return tensors.front().second;  // unreachable
 }
 
@@ -154,7 +154,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {  // e.g. a name that is not valid UTF-8
-    KILN_CHECK_IO(false, "save_safetensors: ", path, ": cannot encode the header: ", e.what());
+    KILN_FAIL_IO("save_safetensors: ", path, ": cannot encode the header: ", e.what());
   }
   text.append((8 - (text.size() % 8)) % 8, ' ');  // the data section starts 8-byte aligned
   const uint64_t n = text.size();
@@ -166,7 +166,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     const std::string err = os_error();
     std::fclose(f);
     std::remove(tmp.c_str());
-    KILN_CHECK_IO(false, "save_safetensors: ", what, " ", tmp, " failed: ", err);
+    KILN_FAIL_IO("save_safetensors: ", what, " ", tmp, " failed: ", err);
   };
   if (std::fwrite(&n, 8, 1, f) != 1 || std::fwrite(text.data(), 1, text.size(), f) != text.size())
     fail("writing the header of");
@@ -179,12 +179,12 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   if (std::fclose(f) != 0) {
     const std::string err = os_error();
     std::remove(tmp.c_str());
-    KILN_CHECK_IO(false, "save_safetensors: closing ", tmp, " failed: ", err);
+    KILN_FAIL_IO("save_safetensors: closing ", tmp, " failed: ", err);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string err = os_error();
     std::remove(tmp.c_str());
-    KILN_CHECK_IO(false, "save_safetensors: renaming ", tmp, " to ", path, " failed: ", err);
+    KILN_FAIL_IO("save_safetensors: renaming ", tmp, " to ", path, " failed: ", err);
   }
 }
 
@@ -213,7 +213,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   try {
     header = Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    KILN_CHECK_IO(false, where, ": header JSON does not parse near byte offset ", 8 + e.byte, " (header byte ", e.byte,
+    KILN_FAIL_IO(where, ": header JSON does not parse near byte offset ", 8 + e.byte, " (header byte ", e.byte,
                   "): ", e.what());
   }
   KILN_CHECK_IO(header.is_object(), where, ": header is JSON ", header.type_name(), ", expected an object");

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <kiln/core/cpu/reduce.h>
 #include <kiln/core/cpu/vec_math.h>
 #include <kiln/core/cuda/kernels/cross_entropy.h>
 #include <kiln/core/cuda/runtime/deferred_check.h>
@@ -24,7 +25,8 @@ namespace kiln::ops {
 
 namespace {
 
-constexpr int kLanes = 16;
+using cpu::kLanes;
+using cpu::lane_sum;
 
 // Shapes and dtypes both ops share: logits (N, C), targets (N,).
 void check_args(const char* op, const Tensor& logits, const Tensor& targets, double label_smoothing) {
@@ -42,19 +44,6 @@ void check_args(const char* op, const Tensor& logits, const Tensor& targets, dou
 }
 
 DType loss_dtype(DType logits) { return logits == DType::f64 ? DType::f64 : DType::f32; }
-
-// Sum of f(i) for i < n in 16 lanes (a fixed order that vectorizes).
-template <class C, class F>
-inline C lane_sum(int64_t n, F f) {
-  C s[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) s[j] += f(i + j);
-  for (; i < n; ++i) s[0] += f(i);
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) s[j] += s[j + w];
-  return s[0];
-}
 
 // max over x[0, n); NaN is skipped (it reappears through exp(x - max)). `v > m ? v : m` is one
 // max instruction per 16 lanes.
@@ -134,7 +123,7 @@ void backward_rows(T* dx, const T* x, const int64_t* t, const acc_t<T>* lse, con
 }  // namespace
 
 void throw_bad_target(int64_t value, int64_t row, int64_t classes, int64_t ignore_index, bool late) {
-  KILN_CHECK(false, "cross_entropy: target ", value, " at row ", row, " is out of range for ", classes,
+  KILN_FAIL("cross_entropy: target ", value, " at row ", row, " is out of range for ", classes,
              " classes (ignore_index ", ignore_index, ")",
              late ? " (reported late: checked on the device and read at a later host sync, see Note [Deferred device "
                     "checks]; KILN_CUDA_CHECKS=immediate reports it from the op itself)"

@@ -43,7 +43,7 @@ Shape unravel(int64_t flat, const Shape& shape) {
 // `index_shape` (CPU and CUDA alike); `late`: a CUDA check read after the op returned.
 [[noreturn]] void throw_bad_index(const char* op, const Shape& index_shape, int64_t position, int64_t v, int64_t size,
                                   const IndexTarget& target, bool late = false) {
-  KILN_CHECK_INDEX(false, op, ": index ", v, " at position ", unravel(position, index_shape), " is out of range [0, ",
+  KILN_FAIL_INDEX(op, ": index ", v, " at position ", unravel(position, index_shape), " is out of range [0, ",
                    size, ") for dim ", target.dim, " of the ", target.name, " of shape ", target.shape,
                    late ? " (reported late: checked on the device and read at a later host sync, see Note [Deferred "
                           "device checks]; KILN_CUDA_CHECKS=immediate reports it from the op itself)"

@@ -41,7 +41,7 @@ ncclDataType_t nccl_dtype(DType t, const char* op) {
     case DType::u8: return ncclUint8;
     default: break;
   }
-  KILN_CHECK_DIST(false, "nccl ", op, ": dtype ", t, " is not supported (f32, f64, bf16, f16, i64, i32, u8)");
+  KILN_FAIL_DIST("nccl ", op, ": dtype ", t, " is not supported (f32, f64, bf16, f16, i64, i32, u8)");
   return ncclFloat32;
 }
 
@@ -140,14 +140,14 @@ class NcclWork final : public Work {
         std::string why = detail::str_cat("nccl ", what_, " #", seq_, " failed: ", ncclGetErrorString(err),
                                           " (a peer rank died or the network failed)");
         comm_->abort(why);
-        KILN_CHECK_DIST(false, why);
+        KILN_FAIL_DIST(why);
       }
       if (Clock::now() > deadline) {
         std::string why = detail::str_cat("nccl ", what_, " #", seq_, " timed out after ", timeout_.count(),
                                           " ms: some rank did not take part (dead, or issued collectives in a "
                                           "different order)");
         comm_->abort(why);
-        KILN_CHECK_DIST(false, why);
+        KILN_FAIL_DIST(why);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -194,7 +194,7 @@ class NcclProcessGroup final : public ProcessGroup {
     ncclResult_t r = ncclCommInitRankConfig(&comm_->comm, size, id, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
       if (comm_->comm) comm_->abort("init failed");  // a half-made communicator is aborted, never finalized
-      KILN_CHECK_DIST(false, "nccl process group: ncclCommInitRankConfig failed on rank ", rank, ": ",
+      KILN_FAIL_DIST("nccl process group: ncclCommInitRankConfig failed on rank ", rank, ": ",
                       ncclGetErrorString(r));
     }
     auto deadline = Clock::now() + options.timeout_;
@@ -203,12 +203,12 @@ class NcclProcessGroup final : public ProcessGroup {
       if (state == ncclSuccess) break;
       if (state != ncclInProgress) {
         comm_->abort("init failed");
-        KILN_CHECK_DIST(false, "nccl process group: rank ", rank, " of ", size, " failed to join: ",
+        KILN_FAIL_DIST("nccl process group: rank ", rank, " of ", size, " failed to join: ",
                         ncclGetErrorString(state));
       }
       if (Clock::now() > deadline) {
         comm_->abort("init timed out");
-        KILN_CHECK_DIST(false, "nccl process group: rank ", rank, " of ", size, " timed out after ",
+        KILN_FAIL_DIST("nccl process group: rank ", rank, " of ", size, " timed out after ",
                         options.timeout_.count(), " ms waiting for the other ranks to join");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -307,13 +307,13 @@ class NcclProcessGroup final : public ProcessGroup {
       if (state != ncclInProgress) {
         std::string why = detail::str_cat("nccl ", what, " #", seq, " failed: ", ncclGetErrorString(state));
         comm_->abort(why);
-        KILN_CHECK_DIST(false, why);
+        KILN_FAIL_DIST(why);
       }
       if (Clock::now() > deadline) {
         std::string why = detail::str_cat("nccl ", what, " #", seq, " could not be enqueued within ",
                                           options_.timeout_.count(), " ms");
         comm_->abort(why);
-        KILN_CHECK_DIST(false, why);
+        KILN_FAIL_DIST(why);
       }
       std::this_thread::yield();
     }

@@ -54,3 +54,21 @@ TEST_CASE("KILN_CHECK_AS throws the kind asked for; KILN_CHECK stays a plain kil
   CHECK_FALSE(plain_is_subclass);
   check_value(1);
 }
+
+TEST_CASE("KILN_FAIL throws like a failed KILN_CHECK; KILN_UNREACHABLE names the place as a bug in Kiln") {
+  auto fail_plain = [](int key) { KILN_FAIL("no entry for key ", key); };
+  auto fail_io = [] { KILN_FAIL_IO("shard ", "a.bin", ": truncated"); };
+  auto unreachable = [](int code) -> int { KILN_UNREACHABLE("unknown code ", code); };
+  CHECK_THROWS_WITH_AS(fail_plain(7), doctest::Contains("no entry for key 7 [test_error_kinds.cpp:"), Error);
+  CHECK_THROWS_WITH_AS(fail_io(), doctest::Contains("shard a.bin: truncated [test_error_kinds.cpp:"), IOError);
+  try {
+    unreachable(3);
+    FAIL("no throw");
+  } catch (const IOError&) {
+    FAIL("KILN_UNREACHABLE threw a subclass");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("unreachable code at test_error_kinds.cpp:") != std::string::npos);
+    CHECK(what.find(": unknown code 3 (this is a bug in Kiln") != std::string::npos);
+  }
+}

@@ -309,7 +309,7 @@ void run_conv(Descriptors& d, const ConvParams& p, const Settings& s, const Buff
     tried += detail::str_cat(tried.empty() ? "" : ", ", "algorithm ", c.algo, " (math ", static_cast<int>(c.math),
                              ", workspace ", c.workspace, " bytes): ", cudnnGetErrorString(status));
   }
-  KILN_CHECK(false, direction_name(D), ": no cuDNN algorithm could run for input (", p.n, ", ", p.c, ", ", p.h, ", ",
+  KILN_FAIL(direction_name(D), ": no cuDNN algorithm could run for input (", p.n, ", ", p.c, ", ", p.h, ", ",
              p.w, "), weight (", p.o, ", ", p.c / p.groups, ", ", p.kh, ", ", p.kw, "), groups ", p.groups, ", dtype ",
              p.dtype, " on cuda:", device.index, tried.empty() ? std::string("; cuDNN offered none") : "; tried " + tried);
 }

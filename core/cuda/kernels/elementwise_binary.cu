@@ -56,7 +56,7 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
     case BinaryOp::gelu_erf_backward: return floating(name, out, a, b, fn::GeluErfBackward{});
     case BinaryOp::rsub: break;
   }
-  KILN_ASSERT(false, "binary: ", name, " has no tensor-tensor kernel");
+  KILN_UNREACHABLE("binary: ", name, " has no tensor-tensor kernel");
 }
 
 namespace {

@@ -33,7 +33,7 @@ void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) 
       case CompareOp::gt: return launch_map<bool, T, T>(out, {&b, &a}, fn::Lt{});
       case CompareOp::ge: return launch_map<bool, T, T>(out, {&b, &a}, fn::Le{});
     }
-    KILN_ASSERT(false, "compare: unknown op ", static_cast<int>(op));
+    KILN_UNREACHABLE("compare: unknown op ", static_cast<int>(op));
   });
 }
 

@@ -19,7 +19,7 @@ void with_functor(CompareOp op, Body&& body) {
     case CompareOp::gt: return body(fn::Gt{});
     case CompareOp::ge: return body(fn::Ge{});
   }
-  KILN_ASSERT(false, "compare: unknown op ", static_cast<int>(op));
+  KILN_UNREACHABLE("compare: unknown op ", static_cast<int>(op));
 }
 
 }  // namespace

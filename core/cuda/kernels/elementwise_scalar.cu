@@ -41,7 +41,7 @@ void binary_scalar(BinaryOp op, const Tensor& out, const Tensor& a, double s) {
     case BinaryOp::gelu_tanh_backward:
     case BinaryOp::gelu_erf_backward: break;
   }
-  KILN_ASSERT(false, "binary_scalar: ", name, " has no tensor-scalar kernel");
+  KILN_UNREACHABLE("binary_scalar: ", name, " has no tensor-scalar kernel");
 }
 
 }  // namespace kiln::cuda

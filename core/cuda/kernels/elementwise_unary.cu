@@ -56,7 +56,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
     case UnaryOp::gelu_tanh: return floating(name, out, x, fn::GeluTanh{});
     case UnaryOp::gelu_erf: return floating(name, out, x, fn::GeluErf{});
   }
-  KILN_ASSERT(false, "unary: unknown op ", static_cast<int>(op));
+  KILN_UNREACHABLE("unary: unknown op ", static_cast<int>(op));
 }
 
 }  // namespace kiln::cuda

@@ -65,7 +65,7 @@ cudaDataType_t data_type(DType t) {
     case DType::f16: return CUDA_R_16F;
     default: break;
   }
-  KILN_ASSERT(false, "matmul: no cuBLASLt data type for ", t);
+  KILN_UNREACHABLE("matmul: no cuBLASLt data type for ", t);
   return CUDA_R_32F;
 }
 

@@ -91,7 +91,7 @@ void triangle(const Tensor& out, const Tensor& x, int64_t diagonal, bool upper) 
     case 4: return launch<uint32_t>(out, x, batch, diagonal, upper);
     case 8: return launch<uint64_t>(out, x, batch, diagonal, upper);
   }
-  KILN_ASSERT(false, op, ": unexpected element size ", x.element_size());
+  KILN_UNREACHABLE(op, ": unexpected element size ", x.element_size());
 }
 
 }  // namespace kiln::cuda

@@ -271,7 +271,7 @@ void CachingAllocator::throw_out_of_memory(size_t nbytes) {
   } catch (const std::exception& e) {
     device_part = detail::str_cat("; the device's free memory is unknown (", e.what(), ")");
   }
-  KILN_CHECK_AS(OutOfMemoryError, false, "CUDA out of memory on ", device_name_, ": tried to allocate ",
+  KILN_FAIL_AS(OutOfMemoryError, "CUDA out of memory on ", device_name_, ": tried to allocate ",
                 human_bytes(double(nbytes)), " (", nbytes, " bytes); Kiln has ",
                 human_bytes(double(stats_.allocated_bytes)), " (", stats_.allocated_bytes,
                 " bytes) allocated in tensors and ", human_bytes(double(stats_.reserved_bytes)), " (",

@@ -74,7 +74,7 @@ cudnnDataType_t cudnn_dtype(DType t, const char* op) {
     case DType::bf16: return CUDNN_DATA_BFLOAT16;
     default: break;
   }
-  KILN_CHECK(false, op, ": cuDNN has no kernel for dtype ", t, " (expected f32, f64, bf16 or f16)");
+  KILN_FAIL(op, ": cuDNN has no kernel for dtype ", t, " (expected f32, f64, bf16 or f16)");
   return CUDNN_DATA_FLOAT;
 }
 

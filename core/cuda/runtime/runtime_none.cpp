@@ -8,7 +8,7 @@ namespace kiln::cuda {
 
 namespace {
 [[noreturn]] void no_cuda(const char* what) {
-  KILN_CHECK(false, what, ": Kiln was built without CUDA (configure with -DKILN_CUDA=ON)");
+  KILN_FAIL(what, ": Kiln was built without CUDA (configure with -DKILN_CUDA=ON)");
   __builtin_unreachable();
 }
 }  // namespace
@@ -17,12 +17,12 @@ int device_count() { return 0; }
 std::string build_info() { return "built without CUDA"; }
 
 void copy_across(const Tensor& dst, const Tensor& src, bool) {
-  KILN_CHECK(false, "copy_: cannot copy from ", src.device(), " to ", dst.device(),
+  KILN_FAIL("copy_: cannot copy from ", src.device(), " to ", dst.device(),
              ": Kiln was built without CUDA (configure with -DKILN_CUDA=ON)");
 }
 
 void fill(const Tensor& dst, double) {
-  KILN_CHECK(false, "fill_: tensor on ", dst.device(), " but Kiln was built without CUDA");
+  KILN_FAIL("fill_: tensor on ", dst.device(), " but Kiln was built without CUDA");
 }
 
 Allocator* device_allocator() { no_cuda("the CUDA allocator"); }

@@ -198,7 +198,7 @@ DeviceGuard::~DeviceGuard() {
 #else  // built without CUDA
 
 [[noreturn]] static void no_cuda(const char* what) {
-  KILN_CHECK(false, what, ": Kiln was built without CUDA (configure with -DKILN_CUDA=ON)");
+  KILN_FAIL(what, ": Kiln was built without CUDA (configure with -DKILN_CUDA=ON)");
   __builtin_unreachable();
 }
 
