@@ -9,18 +9,19 @@ install(TARGETS ${_kiln_libs} kiln EXPORT KilnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# Private headers stay out of the package: CUDA-only code (core/cuda/runtime/check.cuh includes
-# cuda_runtime.h), the TCP store's wire format, and the CPU kernel drivers behind kiln::ops.
-# tests/consumer checks that every installed header compiles with only <prefix>/include.
+# Only the user API is installed (what kiln.h reaches, plus kiln/cuda.h): not the raw kernels
+# (core/ops, core/cpu), not the CUDA launchers, runtime internals and plan math (core/cuda), not the
+# TCP store's wire format. tests/consumer checks that every installed header compiles with only
+# <prefix>/include, and tests/core/test_public_api that kiln.h reaches no internal header.
 foreach(dir core autograd nn optim parallel data models)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${dir}
           FILES_MATCHING PATTERN "*.h"
-          PATTERN "*.cuh" EXCLUDE
           PATTERN "tcp_store_detail.h" EXCLUDE
+          PATTERN "core/cuda" EXCLUDE
           PATTERN "core/cpu" EXCLUDE
-          PATTERN "ops/common.h" EXCLUDE)
+          PATTERN "core/ops" EXCLUDE)
 endforeach()
-install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/kiln.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
+install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/kiln.h ${CMAKE_CURRENT_SOURCE_DIR}/cuda.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
 install(EXPORT KilnTargets NAMESPACE kiln:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Kiln)
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/KilnConfig.cmake.in
                               ${CMAKE_CURRENT_BINARY_DIR}/KilnConfig.cmake

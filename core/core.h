@@ -1,4 +1,6 @@
-// kiln/core: tensors, dtypes, devices, storage, RNG, and the raw (non-differentiable) ops.
+// kiln/core for users: tensors, dtypes, devices, storage, RNG, autocast, safetensors. The raw
+// kernels (kiln::ops, no autograd) and the CUDA launchers are internal: users call the
+// differentiable ops of kiln/autograd, and kiln/cuda.h holds the CUDA settings.
 #pragma once
 
 #include <kiln/core/autocast.h>
@@ -11,10 +13,5 @@
 #include <kiln/core/parallel.h>
 #include <kiln/core/shape.h>
 #include <kiln/core/tensor.h>
-#include <kiln/core/cuda/runtime/allocator.h>
-#include <kiln/core/cuda/runtime/deferred_check.h>
-#include <kiln/core/cuda/kernels/gemm.h>
-#include <kiln/core/cuda/runtime/runtime.h>
-#include <kiln/core/cuda/runtime/stream.h>
-#include <kiln/core/ops/ops.h>
 #include <kiln/core/io/safetensors.h>
+#include <kiln/core/window.h>

@@ -13,6 +13,12 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+// Tests also reach the internals users do not see: the raw kernels and the CUDA runtime.
+#include <kiln/core/cuda/runtime/allocator.h>
+#include <kiln/core/cuda/runtime/deferred_check.h>
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/core/cuda/runtime/stream.h>
+#include <kiln/core/ops/ops.h>
 
 namespace kiln::test {
 

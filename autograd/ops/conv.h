@@ -4,7 +4,7 @@
 #include <optional>
 
 #include <kiln/core/ops/conv.h>
-#include <kiln/core/ops/window.h>
+#include <kiln/core/window.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln {

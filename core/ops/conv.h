@@ -3,27 +3,13 @@
 // rounded once. Outputs are fresh contiguous tensors.
 #pragma once
 
-#include <kiln/core/ops/window.h>
+#include <kiln/core/window.h>
 #include <kiln/core/tensor.h>
-
-namespace kiln {
-
-// Options of conv2d and its backward kernels (in kiln, like Size2: see window.h).
-struct Conv2dOptions {
-  Size2 stride_{1}, padding_{0}, dilation_{1};
-  int64_t groups_ = 1;
-
-  Conv2dOptions& stride(Size2 s) { stride_ = s; return *this; }
-  Conv2dOptions& padding(Size2 p) { padding_ = p; return *this; }
-  Conv2dOptions& dilation(Size2 d) { dilation_ = d; return *this; }
-  Conv2dOptions& groups(int64_t g) { groups_ = g; return *this; }
-};
-
-}  // namespace kiln
 
 namespace kiln::ops {
 
 using kiln::Conv2dOptions;
+using kiln::Size2;
 
 // x (N, C, H, W), weight (O, C/groups, kh, kw), bias (O) or undefined -> (N, O, OH, OW) with
 // OH = (H + 2*padding.h - dilation.h*(kh-1) - 1) / stride.h + 1 (likewise OW).

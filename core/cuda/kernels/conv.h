@@ -18,18 +18,4 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const Conv2dOptions& options);
 
-// Settings, read at each call (a changed setting means a fresh algorithm choice). Defaults are torch's.
-// benchmark: false (cuDNN's heuristics, cudnnGet*_v7, pick the algorithm) or true (the first call
-//   with a shape times every algorithm with cudnnFind*Ex, which synchronizes the device).
-bool cudnn_benchmark();
-void set_cudnn_benchmark(bool on);
-// deterministic: only algorithms cuDNN reports as deterministic (false by default: some weight
-//   gradient algorithms sum with atomics, so their last bits vary from run to run).
-bool cudnn_deterministic();
-void set_cudnn_deterministic(bool on);
-// allow_tf32: f32 convolutions may run on TF32 tensor cores (10-bit mantissa inputs, f32
-//   accumulation; torch's default is true for cuDNN convolutions). false forces FMA kernels.
-bool cudnn_allow_tf32();
-void set_cudnn_allow_tf32(bool on);
-
 }  // namespace kiln::cuda

@@ -1,23 +1,14 @@
 // GEMM on CUDA through cuBLASLt: the products behind ops::matmul/bmm/mm/linear for CUDA tensors,
-// with the bias and GELU epilogues fused, plus the global TF32 switch. No CUDA headers here
+// with the bias and GELU epilogues fused (the TF32 switch is in kiln/cuda.h). No CUDA headers here
 // (STYLE.md); the work is in gemm.cpp. See Note [cuBLASLt GEMM] there.
 #pragma once
 
-#include <atomic>
 #include <optional>
 
 #include <kiln/core/tensor.h>
+#include <kiln/cuda.h>  // allow_tf32
 
 namespace kiln::cuda {
-
-// TF32 for f32 products (torch.backends.cuda.matmul.allow_tf32): the inputs are rounded to 10-bit
-// mantissas on the tensor cores and accumulated in f32. Off by default, as torch's matmul default;
-// one switch for the whole process, read at each product.
-namespace detail {
-inline std::atomic<bool> allow_tf32_flag{false};
-}
-inline void set_allow_tf32(bool allow) { detail::allow_tf32_flag.store(allow, std::memory_order_relaxed); }
-inline bool allow_tf32() { return detail::allow_tf32_flag.load(std::memory_order_relaxed); }
 
 // a (batch_a..., M, K) @ b (batch_b..., K, N) (+ bias (N)) -> (batch..., M, N), a fresh contiguous
 // tensor in the operands' dtype. `batch` is the broadcast of batch_a and batch_b (the front checked

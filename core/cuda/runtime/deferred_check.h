@@ -6,6 +6,7 @@
 
 #include <kiln/core/cuda/runtime/fault_queue.h>
 #include <kiln/core/tensor.h>
+#include <kiln/cuda.h>
 
 // Note [Deferred device checks]
 // An index op or cross_entropy on CUDA checks every index in its kernel and records the first bad
@@ -29,21 +30,10 @@
 
 namespace kiln::cuda {
 
-enum class CheckMode { deferred, immediate };
-
-// The process-wide mode: KILN_CUDA_CHECKS ("deferred", the default, or "immediate") read at the
-// first use, unless set_check_mode() changed it.
-CheckMode check_mode();
-void set_check_mode(CheckMode mode);
-
 // `record` is an op's (2,) i64 fault record on a CUDA device ([0] position or -1, [1] value),
 // complete once the work queued so far on that device's current stream is. Immediate mode reads it
 // now (a host sync) and calls raise(..., late = false) on a fault; deferred mode queues it.
 void check_fault_record(const Tensor& record, RaiseFault raise);
-
-// Raises the first fault among the deferred records that reached the host; with `wait`, waits for
-// all of them first (a host sync while any is pending). Afterwards none is pending.
-void check_deferred_faults(bool wait = false);
 
 // Deferred records not looked at yet (tests).
 size_t deferred_faults_pending();

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include <kiln/cuda.h>  // current_device, set_device, synchronize
+
 namespace kiln::cuda {
 
 class Stream {
@@ -66,10 +68,6 @@ class Event {
   bool timing_ = false;
   int device_ = -1;
 };
-
-int current_device();
-void set_device(int device);
-void synchronize(int device = -1);  // the whole device
 
 // How many times Kiln has made the host wait for a device in this process: Stream, Event and
 // device synchronize, and so every blocking copy between a device and the host (item(), to(cpu),

@@ -1,5 +1,5 @@
-// Size2: the (height, width) pair that kernel sizes, strides, paddings and dilations of the 2-D
-// window ops (conv, pooling) take. One number means both: conv2d(..., Conv2dOptions().stride(2)).
+// Size2, the (height, width) pair that kernel sizes, strides, paddings and dilations of the 2-D
+// window ops (conv, pooling) take, and Conv2dOptions. One number means both: Conv2dOptions().stride(2).
 #pragma once
 
 #include <cstdint>
@@ -18,8 +18,15 @@ struct Size2 {
 
 inline std::ostream& operator<<(std::ostream& os, const Size2& s) { return os << "(" << s.h << ", " << s.w << ")"; }
 
-namespace ops {
-using kiln::Size2;
-}
+// Options of conv2d and its backward kernels.
+struct Conv2dOptions {
+  Size2 stride_{1}, padding_{0}, dilation_{1};
+  int64_t groups_ = 1;
+
+  Conv2dOptions& stride(Size2 s) { stride_ = s; return *this; }
+  Conv2dOptions& padding(Size2 p) { padding_ = p; return *this; }
+  Conv2dOptions& dilation(Size2 d) { dilation_ = d; return *this; }
+  Conv2dOptions& groups(int64_t g) { groups_ = g; return *this; }
+};
 
 }  // namespace kiln

@@ -1,0 +1,88 @@
+// Kiln's CUDA settings and queries for users, as torch.cuda and torch.backends offer them: devices,
+// TF32 and cuDNN switches, the device-check mode, memory statistics. No CUDA headers; in a build
+// without CUDA the queries answer "no devices" and the switches are kept but change nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <kiln/core/error.h>
+
+namespace kiln::cuda {
+
+// True when Kiln was compiled with CUDA. Op fronts branch on it (Note [One dispatch line]), so a
+// build without CUDA never references the CUDA launchers.
+#if KILN_WITH_CUDA
+inline constexpr bool kBuilt = true;
+#else
+inline constexpr bool kBuilt = false;
+#endif
+
+// ---- devices (torch.cuda.device_count, is_available, set_device, synchronize) ----
+// Usable devices; 0 when built without CUDA or without a driver/GPU.
+int device_count();
+inline bool is_available() { return device_count() > 0; }
+// "CUDA runtime 13.0, cuBLASLt 13.x, cuDNN 9.x" or "built without CUDA".
+std::string build_info();
+int current_device();
+void set_device(int device);
+void synchronize(int device = -1);  // blocks until the whole device (-1: the current one) is idle
+
+// ---- math switches, read at each call; defaults are torch's ----
+// TF32 for f32 matrix products (torch.backends.cuda.matmul.allow_tf32, default false): inputs
+// rounded to 10-bit mantissas on the tensor cores, accumulated in f32.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+// cuDNN convolutions (torch.backends.cudnn.*). benchmark (false): true times every algorithm on
+// the first call with a shape (a device sync) instead of cuDNN's heuristics. deterministic
+// (false): only algorithms cuDNN reports as deterministic. allow_tf32 (true): f32 convolutions
+// may use TF32 tensor cores.
+bool cudnn_benchmark();
+void set_cudnn_benchmark(bool on);
+bool cudnn_deterministic();
+void set_cudnn_deterministic(bool on);
+bool cudnn_allow_tf32();
+void set_cudnn_allow_tf32(bool on);
+
+// ---- device-side checks (Note [Deferred device checks]) ----
+// deferred (default): a bad index or class target found by a kernel is reported at the next
+// blocking read, without a host sync per op. immediate (KILN_CUDA_CHECKS=immediate, like
+// CUDA_LAUNCH_BLOCKING): each op reads its check and throws at once.
+enum class CheckMode { deferred, immediate };
+CheckMode check_mode();
+void set_check_mode(CheckMode mode);
+// Raises the first fault among the deferred checks that reached the host; with `wait`, waits
+// for all of them first (a host sync while any is pending).
+void check_deferred_faults(bool wait = false);
+
+// ---- memory (torch.cuda.memory_stats, reset_peak_memory_stats, empty_cache) ----
+// The device had no room even after the allocator gave its cached memory back. The message says
+// how many bytes were asked, what Kiln holds, and the device's total and free memory.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+// One device's allocator statistics. Byte counts are of blocks (requests rounded up to 512 B).
+struct MemoryStats {
+  int64_t allocated_bytes = 0;       // in blocks handed out to tensors now
+  int64_t reserved_bytes = 0;        // in segments obtained with cudaMalloc (allocated + cached)
+  int64_t peak_allocated_bytes = 0;  // since the start or the last reset_peak_stats()
+  int64_t peak_reserved_bytes = 0;
+  int64_t num_allocs = 0;            // allocations served, from the cache or not
+  int64_t num_device_mallocs = 0;    // cudaMalloc calls (each a new segment)
+  int64_t num_device_frees = 0;      // cudaFree calls (each a whole segment given back)
+  int64_t num_alloc_retries = 0;     // cudaMalloc failures answered by freeing the cache and retrying
+  int64_t num_ooms = 0;              // allocations that ended in OutOfMemoryError
+  int64_t pending_frees = 0;         // freed blocks waiting for other streams (see record_stream)
+};
+
+// Statistics of `device` (-1: the current device).
+MemoryStats memory_stats(int device = -1);
+// Peaks restart from the current values.
+void reset_peak_stats(int device = -1);
+// Gives every cached segment that holds no live block back to the driver, on every device, and
+// frees the cached pinned host blocks. Memory in live tensors stays where it is.
+void empty_cache();
+
+}  // namespace kiln::cuda
