@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/cuda/runtime/stream.h>  // current_stream
 #include <kiln/kiln.h>
 #include <kiln/parallel/file_store.h>
 #include <kiln/parallel/gloo_process_group.h>

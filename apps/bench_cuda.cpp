@@ -17,6 +17,8 @@
 
 #include "bench_util.h"
 
+#include <kiln/core/cuda/runtime/stream.h>  // Event, for timing
+#include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
 using namespace kiln;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
 #include "bench_util.h"

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
 #include "cifar/cifar_eval.h"

@@ -3,7 +3,6 @@
 
 #include <optional>
 
-#include <kiln/core/ops/conv.h>
 #include <kiln/core/window.h>
 #include <kiln/core/tensor.h>
 

@@ -22,6 +22,8 @@ template <class... A>
 probe::NotExposed matmul(const A&...);
 template <class... A>
 probe::NotExposed softmax(const A&...);
+template <class... A>
+probe::NotExposed conv2d(const A&...);
 }  // namespace kiln::ops
 namespace kiln::cpu {
 template <class... A>
@@ -43,13 +45,14 @@ constexpr bool hidden = std::is_same_v<T, kiln::probe::NotExposed>;
 
 // Which of the probed internals are declared at this point of the file.
 struct Seen {
-  bool ops_add, ops_matmul, ops_softmax, cpu_softmax, cuda_softmax, cuda_gemm;
+  bool ops_add, ops_matmul, ops_softmax, ops_conv2d, cpu_softmax, cuda_softmax, cuda_gemm;
 };
 #define KILN_PROBE_SEEN()                                                                                         \
   Seen {                                                                                                          \
     !hidden<decltype(kiln::ops::add(std::declval<Tensor>(), std::declval<Tensor>()))>,                            \
         !hidden<decltype(kiln::ops::matmul(std::declval<Tensor>(), std::declval<Tensor>()))>,                     \
         !hidden<decltype(kiln::ops::softmax(std::declval<Tensor>(), int64_t{}))>,                                 \
+        !hidden<decltype(kiln::ops::conv2d(std::declval<Tensor>(), std::declval<Tensor>()))>,                     \
         !hidden<decltype(kiln::cpu::softmax(std::declval<Tensor>(), int64_t{}))>,                                 \
         !hidden<decltype(kiln::cuda::softmax(std::declval<Tensor>(), int64_t{}))>,                                \
         !hidden<decltype(kiln::cuda::gemm(std::declval<Tensor>(), std::declval<Tensor>(), std::declval<Tensor>(), \
@@ -74,6 +77,7 @@ TEST_CASE("kiln.h exposes no raw kernels, CPU kernels or CUDA launchers") {
   CHECK_FALSE(s.ops_add);
   CHECK_FALSE(s.ops_matmul);
   CHECK_FALSE(s.ops_softmax);
+  CHECK_FALSE(s.ops_conv2d);
   CHECK_FALSE(s.cpu_softmax);
   CHECK_FALSE(s.cuda_softmax);
   CHECK_FALSE(s.cuda_gemm);
@@ -84,6 +88,7 @@ TEST_CASE("the probes see the internals once their headers are included") {
   CHECK(s.ops_add);
   CHECK(s.ops_matmul);
   CHECK(s.ops_softmax);
+  CHECK(s.ops_conv2d);
   CHECK(s.cpu_softmax);
   CHECK(s.cuda_softmax);
   CHECK(s.cuda_gemm);

@@ -1,11 +1,12 @@
 // conv2d on CUDA through cuDNN's legacy API (cudnnConvolutionForward / BackwardData /
-// BackwardFilter), the algorithm chosen once per shape and cached, and the process-wide settings
-// torch calls torch.backends.cudnn.{benchmark, deterministic, allow_tf32}. CPU code includes this
-// header (no CUDA headers); the launchers exist only in CUDA builds, the settings in every build.
+// BackwardFilter), the algorithm chosen once per shape and cached under the settings of kiln/cuda.h
+// (torch.backends.cudnn.{benchmark, deterministic, allow_tf32}). CPU code includes this header (no
+// CUDA headers); the launchers exist only in CUDA builds.
 #pragma once
 
 #include <kiln/core/cuda/kernels/conv_bias.h>
 #include <kiln/core/ops/conv.h>
+#include <kiln/cuda.h>  // the cuDNN settings
 
 namespace kiln::cuda {
 
