@@ -4,21 +4,16 @@
 // With --backend nccl (or auto on a GPU machine) the tensors live on each rank's GPU.
 #include <CLI/CLI.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <kiln/core/cuda/runtime/stream.h>  // current_stream
 #include <kiln/kiln.h>
-#include <kiln/parallel/file_store.h>
-#include <kiln/parallel/gloo_process_group.h>
 #include <kiln/parallel/init.h>
+#include <kiln/parallel/spawn.h>
 
 using namespace kiln;
 
@@ -95,40 +90,10 @@ void run(dist::ProcessGroup& pg, const Config& cfg) {
 
 // Forks `ranks` processes on this machine that rendezvous through a file store.
 int spawn(int ranks, const Config& cfg, dist::Millis timeout) {
-  char tmpl[] = "/tmp/kiln_bench_allreduce_XXXXXX";
-  KILN_CHECK(::mkdtemp(tmpl) != nullptr, "bench_allreduce: cannot create a temporary directory");
-  std::string dir = tmpl;
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < ranks; ++r) {
-    pid_t pid = ::fork();
-    KILN_CHECK(pid >= 0, "bench_allreduce: fork failed for rank ", r);
-    if (pid == 0) {
-      int code = 0;
-      try {
-        auto store = dist::make_file_store(dir, ranks);
-        store->set_timeout(timeout);
-        auto pg = dist::make_gloo_process_group(store, r, ranks, dist::GlooOptions().timeout(timeout));
-        run(*pg, cfg);
-        pg->barrier()->wait();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_allreduce: rank %d: %s\n", r, e.what());
-        code = 1;
-      }
-      std::fflush(nullptr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  for (int r = 0; r < ranks; ++r) {
-    int st = 0;
-    ::waitpid(pids[r], &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ++failed;
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  if (failed) std::fprintf(stderr, "bench_allreduce: %d of %d ranks failed\n", failed, ranks);
+  auto exits = dist::spawn_ranks(ranks, [&](dist::ProcessGroup& pg) { run(pg, cfg); },
+                                 dist::SpawnOptions().timeout(timeout));
+  auto failed = std::count_if(exits.begin(), exits.end(), [](const dist::RankExit& e) { return !e.ok(); });
+  if (failed) std::fprintf(stderr, "bench_allreduce: %d of %d ranks failed\n", int(failed), ranks);
   return failed ? 1 : 0;
 }
 

@@ -1,5 +1,6 @@
 // Bucket assignment: the greedy size-capped grouping of Note [Bucket views] (torch's
-// compute_bucket_assignment_by_size, one open bucket per dtype and device).
+// compute_bucket_assignment_by_size, one open bucket per dtype and device), and the host side of
+// a bucket tail.
 #include <kiln/parallel/bucket.h>
 
 #include <algorithm>
@@ -7,7 +8,14 @@
 #include <tuple>
 #include <utility>
 
+#include <kiln/core/factory.h>
+
 namespace kiln::dist {
+
+Tensor host_values(const std::vector<double>& values, Device device) {
+  Tensor h = from_vector(values, {int64_t(values.size())});
+  return device.is_cuda() ? h.pin_memory() : h;
+}
 
 std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<Tensor>& tensors,
                                                            const std::vector<size_t>& order,

@@ -47,6 +47,10 @@ std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<Ten
                                                            const std::vector<size_t>& order,
                                                            size_t first_bucket_cap_bytes, size_t bucket_cap_bytes);
 
+// `values` as a CPU f64 tensor to copy a bucket's tail from: in pinned memory when the bucket is on
+// a CUDA device, so the non-blocking copy does not wait.
+Tensor host_values(const std::vector<double>& values, Device device);
+
 // Mebibytes (DDPOptions' unit) to bytes.
 inline size_t mib_to_bytes(double mib) { return static_cast<size_t>(mib * 1024.0 * 1024.0); }
 

@@ -20,7 +20,7 @@ struct DDPOptions {
   bool find_unused_parameters_ = false;   // parameters without a gradient count as zero
   bool broadcast_buffers_ = true;         // rank 0's buffers (BatchNorm stats) before each forward
   bool static_graph_ = false;  // the gradient order never changes: keep the initial buckets
-  OrderCheck order_check_ = OrderCheck::automatic;  // Note [Deferred order check] (reducer.cpp)
+  OrderCheck order_check_ = OrderCheck::automatic;  // Note [Deferred order check] (order_check.cpp)
   DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
   DDPOptions& first_bucket_cap_mb(double v) { first_bucket_cap_mb_ = v; return *this; }
   DDPOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
@@ -74,7 +74,7 @@ class DistributedDataParallel {
 
   // Reports a collective order mismatch that the bucket order check found on the device in an
   // earlier iteration (one host read when such checks are pending; see Note [Deferred order check]
-  // in reducer.cpp). Not collective; the Trainer calls it on log steps and before checkpoints.
+  // in order_check.cpp). Not collective; the Trainer calls it on log steps and before checkpoints.
   void check_collective_order() { reducer_->check_collective_order(); }
 
   // Gradient accumulation: while off (or inside a no_sync() guard) backward only accumulates into

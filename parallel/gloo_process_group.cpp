@@ -196,12 +196,7 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
   std::shared_ptr<Work> allgather(Tensor& output, const Tensor& input) override {
-    check_tensor(output, "allgather", "output");
-    check_tensor(input, "allgather", "input");
-    KILN_CHECK(output.dtype() == input.dtype(), "Gloo allgather: output is ", output.dtype(), " but input is ",
-               input.dtype());
-    KILN_CHECK(output.numel() == size() * input.numel(), "Gloo allgather: output has ", output.numel(),
-               " elements; expected size (", size(), ") * input.numel() (", input.numel(), ")");
+    check_split(output, input, "allgather", /*output_whole=*/true);
     return enqueue("allgather", [this, out = output, in = input](uint32_t tag) {
       if (in.nbytes() == 0) return;
       gloo::AllgatherOptions o(context_);
@@ -214,12 +209,7 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
   std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input, const AllreduceOptions& options) override {
-    check_tensor(output, "reduce_scatter", "output");
-    check_tensor(input, "reduce_scatter", "input");
-    KILN_CHECK(output.dtype() == input.dtype(), "Gloo reduce_scatter: output is ", output.dtype(), " but input is ",
-               input.dtype());
-    KILN_CHECK(input.numel() == size() * output.numel(), "Gloo reduce_scatter: input has ", input.numel(),
-               " elements; expected size (", size(), ") * output.numel() (", output.numel(), ")");
+    check_split(output, input, "reduce_scatter", /*output_whole=*/false);
     ReduceOp op = options.op_;
     KILN_CHECK(op != ReduceOp::avg || is_floating(input.dtype()),
                "Gloo reduce_scatter: avg needs a floating dtype, got ", input.dtype());
@@ -241,6 +231,20 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
  private:
+  // allgather (the output is whole) and reduce_scatter (the input is): usable tensors of one dtype,
+  // the whole holding size() times the elements of the other.
+  void check_split(const Tensor& output, const Tensor& input, const char* op, bool output_whole) const {
+    check_tensor(output, op, "output");
+    check_tensor(input, op, "input");
+    KILN_CHECK(output.dtype() == input.dtype(), "Gloo ", op, ": output is ", output.dtype(), " but input is ",
+               input.dtype());
+    const Tensor& whole = output_whole ? output : input;
+    const Tensor& part = output_whole ? input : output;
+    KILN_CHECK(whole.numel() == size() * part.numel(), "Gloo ", op, ": ", output_whole ? "output" : "input",
+               " has ", whole.numel(), " elements; expected size (", size(), ") * ",
+               output_whole ? "input" : "output", ".numel() (", part.numel(), ")");
+  }
+
   void run_allreduce(const Tensor& t, ReduceOp op, const gloo::AllreduceOptions::Func& fn, uint32_t tag) {
     size_t n = static_cast<size_t>(t.numel());
     if (n == 0) return;

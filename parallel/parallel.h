@@ -10,5 +10,6 @@
 #include <kiln/parallel/launcher.h>
 #include <kiln/parallel/nccl_process_group.h>
 #include <kiln/parallel/process_group.h>
+#include <kiln/parallel/spawn.h>
 #include <kiln/parallel/store.h>
 #include <kiln/parallel/trainer.h>

@@ -1,13 +1,9 @@
 // The Reducer's data path: hooks mark parameters ready, full buckets are launched in bucket
-// order, finalize waits, checks the collective order, averages and copies back. See
-// Note [Bucket views], Note [When gradients are final] and Note [Bucket order check].
+// order, finalize waits, has the OrderChecker check the collective order (order_check.h),
+// averages and copies back. See Note [Bucket views] and Note [When gradients are final].
 #include <kiln/parallel/reducer.h>
 
-#include <algorithm>
-#include <cctype>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
 
 #include <kiln/autograd/grad_mode.h>
@@ -15,46 +11,9 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/join.h>
-#include <kiln/core/ops/reduce.h>
 
 namespace kiln::dist {
 
-// Note [Bucket order check]
-// Every rank must all-reduce the same buckets in the same order; if one rank issues an extra
-// collective (or skips one), rank A's bucket 3 gets summed with rank B's bucket 4 and training goes
-// silently wrong. So each bucket's flat tensor carries a tail after the gradients: 3 slots per
-// rank, (iteration, bucket index, group sequence number). A rank writes its codes into its own 3
-// slots and zeros elsewhere, so after the SUM every rank can read every other rank's codes and
-// compare them with its own: any difference means the ranks reduced different things, and the
-// reducer throws naming the bucket, the iteration and the sequence numbers on both sides. Codes are
-// taken modulo the largest integer the dtype holds exactly (2^8 for bf16, 2^11 for f16, 2^24 for
-// f32), since x + 0 is exact in every floating format. The check costs no extra collective. With
-// find_unused_parameters the tail also carries one counter per parameter of the bucket (1 where
-// this rank used it), so after the sum a zero means no rank did. A comm hook sees only the
-// gradients, so with one the tail travels in a separate small f64 all-reduce launched just
-// before the hook's collectives.
-//
-// Note [Deferred order check]
-// Reading the tails on the host at the end of backward would synchronize a CUDA device every step
-// (the host then cannot queue the optimizer step and the next forward while the GPU finishes). So
-// the tails are read (all buckets in one copy) only when it is free or needed, and otherwise
-// compared on the device:
-//   - read, every iteration: on the CPU; with find_unused_parameters (the host needs the counters,
-//     as torch's reducer copies its local_used_map to the host); with OrderCheck::every_iteration
-//     or KILN_DISTRIBUTED_DEBUG (or TORCH_DISTRIBUTED_DEBUG) set to INFO or DETAIL;
-//   - read, on CUDA by default (OrderCheck::automatic): the first two synced iterations, i.e. the
-//     first with the initial buckets and the first with the buckets rebuilt in arrival order, which
-//     is where ranks that run different models or control flow part ways (torch checks its
-//     parameters and buckets at the start, and every collective only under
-//     TORCH_DISTRIBUTED_DEBUG=DETAIL);
-//   - otherwise compared on the device: a few small kernels per iteration compare every rank's
-//     slots with this rank's codes, count the slots that differ, and keep the codes of the first
-//     iteration that had a difference. check_collective_order() reads the count (one host read) and
-//     fails with the same message as the immediate check, naming that iteration. The Trainer calls
-//     it on log steps (which read the loss anyway) and before each checkpoint, the reducer before
-//     it rebuilds its buckets, and the destructor logs a difference it finds. So every iteration
-//     is still checked, but a mismatch is reported at the next of those points, not at once.
-//
 // Note [One rank]
 // On a group of one rank the default all-reduce (a sum) leaves every bucket as it was, so finalize
 // skips what could not change a value: the division by the world size (x * 1.0 == x), and, in
@@ -66,71 +25,16 @@ namespace kiln::dist {
 // With a comm hook nothing is skipped: a hook may change values on one rank too (compression).
 namespace {
 
-constexpr int64_t kCodes = 3;  // iteration, bucket, sequence number
-
-double code_modulus(DType dtype) {
-  switch (dtype) {
-    case DType::bf16: return 256.0;
-    case DType::f16: return 2048.0;
-    case DType::f32: return 16777216.0;
-    default: return 4503599627370496.0;  // 2^52
-  }
-}
-
-// KILN_DISTRIBUTED_DEBUG (else TORCH_DISTRIBUTED_DEBUG) is INFO or DETAIL.
-bool distributed_debug() {
-  for (const char* name : {"KILN_DISTRIBUTED_DEBUG", "TORCH_DISTRIBUTED_DEBUG"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    std::string level(v);
-    std::transform(level.begin(), level.end(), level.begin(), [](unsigned char c) { return std::toupper(c); });
-    return level == "INFO" || level == "DETAIL";
-  }
-  return false;
-}
-
-// The order-check failure for bucket `b` as this rank reduced it (iteration, sequence number, the
-// dtype's code modulus m), given the 3 * size code slots after the sum; "" when every rank's slots
-// hold this rank's codes.
-std::string order_mismatch(const double* got, int rank, int size, size_t b, int64_t iteration, uint64_t sequence,
-                           double m) {
-  const double mine[kCodes] = {std::fmod(double(iteration), m), std::fmod(double(b), m), std::fmod(double(sequence), m)};
-  // The other ranks first: their slots say what they reduced. Our own slot can only differ when
-  // someone contributed a tensor that is not a bucket (its "zeros" were data).
-  for (int k = 1; k <= size; ++k) {
-    int r = (rank + k) % size;
-    const double* theirs = &got[size_t(r) * kCodes];
-    if (theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2]) continue;
-    std::ostringstream os;
-    os << "DistributedDataParallel: collective order mismatch (Note [Bucket order check]): rank " << rank
-       << " all-reduced bucket " << b << " of iteration " << iteration << " as collective sequence number "
-       << sequence << ", but ";
-    if (r != rank)
-      os << "rank " << r << " contributed bucket " << theirs[1] << " of iteration " << theirs[0]
-         << " at sequence number " << theirs[2];
-    else
-      os << "another rank contributed a tensor that is not a DDP bucket (this rank's own check slot reads bucket "
-         << theirs[1] << " of iteration " << theirs[0] << ")";
-    if (m < 1e9) os << " (codes modulo " << m << ")";
-    os << "; every rank must issue the same collectives in the same order (an extra or missing all-reduce, "
-          "barrier or broadcast on one rank, or a different model or control flow)";
-    return os.str();
-  }
-  return "";
-}
-
-// `values` as a CPU f64 tensor to copy from, in pinned memory when it goes to a CUDA device (so
-// the copy does not wait).
-Tensor host_values(const std::vector<double>& values, Device device) {
-  Tensor h = from_vector(values, {int64_t(values.size())});
-  return device.is_cuda() ? h.pin_memory() : h;
-}
-
 std::string join_names(const std::vector<std::string>& names, size_t limit = 10) {
   std::ostringstream os;
   for (size_t i = 0; i < names.size() && i < limit; ++i) os << (i ? ", " : "") << "'" << names[i] << "'";
   if (names.size() > limit) os << " and " << names.size() - limit << " more";
   return os.str();
+}
+
+std::shared_ptr<ProcessGroup> non_null(std::shared_ptr<ProcessGroup> group) {
+  KILN_CHECK(group != nullptr, "Reducer: the process group is null");
+  return group;
 }
 
 }  // namespace
@@ -144,8 +48,11 @@ std::shared_ptr<Reducer> Reducer::create(std::vector<Tensor> params, std::vector
 
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
                  ReducerOptions options)
-    : params_(std::move(params)), names_(std::move(names)), group_(std::move(group)), options_(options) {
-  KILN_CHECK(group_ != nullptr, "Reducer: the process group is null");
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      group_(non_null(std::move(group))),
+      options_(options),
+      order_(group_->rank(), group_->size(), options.order_check_) {
   KILN_CHECK(params_.size() == names_.size(), "Reducer: ", params_.size(), " parameters but ", names_.size(),
              " names");
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -162,12 +69,11 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   ready_.assign(params_.size(), false);
   used_.assign(params_.size(), false);
   rebuild_pending_ = options_.rebuild_buckets_;
-  debug_ = distributed_debug();
 }
 
 Reducer::~Reducer() {
   wait_launched_quietly();
-  if (pending_checks_ == 0 || !failure_.empty()) return;
+  if (!order_.has_deferred() || !failure_.empty()) return;
   try {
     check_collective_order();
   } catch (const std::exception& e) {
@@ -184,7 +90,7 @@ void Reducer::install_hooks() {
 }
 
 int64_t Reducer::tail_size(size_t b) const {
-  int64_t n = kCodes * group_->size();
+  int64_t n = order_.slots();
   if (options_.find_unused_parameters_) n += static_cast<int64_t>(buckets_[b].params.size());
   return n;
 }
@@ -213,7 +119,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   works_.assign(buckets_.size(), nullptr);
   side_works_.assign(buckets_.size(), nullptr);
   side_.assign(buckets_.size(), Tensor());
-  sequence_.assign(buckets_.size(), 0);
+  order_.reset(buckets_.size());
   // Views replace existing gradients now; a parameter without one gets its view on its first
   // gradient (so until then .grad stays undefined, as without DDP).
   if (options_.gradient_as_bucket_view_)
@@ -296,22 +202,17 @@ void Reducer::mark_ready(size_t i) {
 
 void Reducer::launch(size_t b) {
   Bucket& bucket = buckets_[b];
-  const int rank = group_->rank();
   const bool hooked = static_cast<bool>(comm_hook_);
   NoGradGuard no_grad;
   Tensor tail = hooked ? empty({tail_size(b)}, TensorOptions(DType::f64).device(bucket.flat.device()))
                        : bucket.flat.narrow(0, bucket.numel, tail_size(b));
-  sequence_[b] = group_->sequence_number();
   // Note [Bucket order check]: this rank's codes in its own slots, zeros elsewhere, then the used
   // counters; one copy from the host (asynchronous on CUDA).
-  const double m = code_modulus(tail.dtype());
   std::vector<double> values(size_t(tail_size(b)), 0.0);
-  values[size_t(rank) * kCodes + 0] = std::fmod(double(iteration_), m);
-  values[size_t(rank) * kCodes + 1] = std::fmod(double(b), m);
-  values[size_t(rank) * kCodes + 2] = std::fmod(double(sequence_[b]), m);
+  order_.write_codes(values, b, iteration_, group_->sequence_number(), tail.dtype());
   if (options_.find_unused_parameters_)
     for (size_t k = 0; k < bucket.params.size(); ++k)
-      values[size_t(kCodes * group_->size()) + k] = used_[bucket.params[k]] ? 1.0 : 0.0;
+      values[size_t(order_.slots()) + k] = used_[bucket.params[k]] ? 1.0 : 0.0;
   tail.copy_(host_values(values, tail.device()), /*non_blocking=*/true);
   if (hooked) {
     side_[b] = tail;
@@ -331,15 +232,6 @@ Tensor Reducer::tail_of(size_t b) const {
   return comm_hook_ ? side_[b] : bucket.flat.narrow(0, bucket.numel, tail_size(b));
 }
 
-bool Reducer::check_on_host_now() const {
-  switch (options_.order_check_) {
-    case OrderCheck::every_iteration: return true;
-    case OrderCheck::deferred: return false;
-    case OrderCheck::automatic: break;
-  }
-  return debug_ || buckets_.empty() || !buckets_.front().flat.device().is_cuda() || iteration_ <= 2;
-}
-
 // Every bucket's tail as doubles, read with one copy to the host.
 std::vector<std::vector<double>> Reducer::read_tails() const {
   std::vector<Tensor> parts;
@@ -355,68 +247,10 @@ std::vector<std::vector<double>> Reducer::read_tails() const {
   return out;
 }
 
-// Note [Deferred order check]: the comparison on the device. `reference` holds, per bucket, the
-// slots every rank should have written (this rank's codes, size times), then per bucket this
-// rank's exact (iteration, bucket, sequence number) for the message.
-void Reducer::defer_order_check() {
-  const int64_t w = kCodes * group_->size();
-  const auto nb = static_cast<int64_t>(buckets_.size());
-  std::vector<Tensor> got;
-  std::vector<double> reference;
-  reference.reserve(size_t(nb * (w + kCodes)));
-  for (int64_t b = 0; b < nb; ++b) {
-    Tensor tail = tail_of(size_t(b));
-    got.push_back(tail.narrow(0, 0, w).to(DType::f64));
-    const double m = code_modulus(tail.dtype());
-    for (int r = 0; r < group_->size(); ++r)
-      for (double code : {double(iteration_), double(b), double(sequence_[size_t(b)])})
-        reference.push_back(std::fmod(code, m));
-  }
-  for (int64_t b = 0; b < nb; ++b)
-    for (double v : {double(iteration_), double(b), double(sequence_[size_t(b)])}) reference.push_back(v);
-  const Device device = buckets_.front().flat.device();
-  Tensor ref = host_values(reference, device).to(device, /*non_blocking=*/true);
-  Tensor actual = ops::cat(got, 0);                                          // (nb * w)
-  Tensor record = ops::cat({actual, ref.narrow(0, nb * w, nb * kCodes)}, 0);  // what the message needs
-  Tensor differ = ops::sum(ops::ne(actual, ref.narrow(0, 0, nb * w)).to(DType::f64));
-  if (!mismatched_slots_.defined()) {
-    mismatched_slots_ = zeros({}, TensorOptions(DType::f64).device(device));
-    first_mismatch_ = zeros(record.shape(), TensorOptions(DType::f64).device(device));
-  }
-  // The first iteration with a difference keeps its record.
-  Tensor first = ops::gt(ops::mul(differ, ops::eq(mismatched_slots_, 0.0).to(DType::f64)), 0.0);
-  first_mismatch_ = ops::where(first, record, first_mismatch_);
-  mismatched_slots_ = ops::add(mismatched_slots_, differ);
-  ++pending_checks_;
-  ++deferred_checks_;
-}
-
 void Reducer::check_collective_order() {
   KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
-  if (pending_checks_ == 0) return;
-  const int64_t checked = pending_checks_;
-  pending_checks_ = 0;
-  NoGradGuard no_grad;
-  if (mismatched_slots_.item() == 0.0) return;  // the one host read
-  const std::vector<double> record = first_mismatch_.to_vector<double>();
-  const int64_t w = kCodes * group_->size();
-  const size_t nb = buckets_.size();
-  KILN_ASSERT(record.size() == nb * size_t(w + kCodes), "deferred order check record of ", record.size(),
-              " values for ", nb, " buckets");
-  for (size_t b = 0; b < nb; ++b) {
-    const double* mine = &record[nb * size_t(w) + b * kCodes];
-    const DType dt = comm_hook_ ? DType::f64 : buckets_[b].flat.dtype();
-    std::string why = order_mismatch(&record[b * size_t(w)], group_->rank(), group_->size(), size_t(mine[1]),
-                                     int64_t(mine[0]), uint64_t(mine[2]), code_modulus(dt));
-    if (why.empty()) continue;
-    std::ostringstream os;
-    os << why << " (found by the deferred check on the device over the last " << checked
-       << " iteration(s), read after iteration " << iteration_
-       << "; KILN_DISTRIBUTED_DEBUG=DETAIL checks every iteration as it ends: Note [Deferred order check])";
-    fail(os.str());
-  }
-  KILN_UNREACHABLE("the deferred order check counted ", mismatched_slots_.item(),
-              " differing slots but its record shows none");
+  std::string why = order_.read_deferred(iteration_);
+  if (!why.empty()) fail(why);
 }
 
 void Reducer::finalize(bool from_hook) {
@@ -446,9 +280,7 @@ void Reducer::finalize(bool from_hook) {
         break;
       }
       try {
-        const std::vector<double> tail = tail_of(b).to_vector<double>();
-        error = order_mismatch(tail.data(), group_->rank(), group_->size(), b, iteration_, sequence_[b],
-                               code_modulus(tail_of(b).dtype()));
+        error = order_.mismatch(b, tail_of(b).to_vector<double>(), iteration_);
       } catch (const std::exception& e) {
         error = e.what();
       }
@@ -456,17 +288,16 @@ void Reducer::finalize(bool from_hook) {
   } else {
     try {
       // Note [Deferred order check]: one host read of every tail, or a comparison on the device.
+      // (find_unused_parameters reads the tails for their used counters anyway.)
       std::vector<std::vector<double>> tails;
-      if (options_.find_unused_parameters_ || check_on_host_now()) {
+      const bool on_cuda = !buckets_.empty() && buckets_.front().flat.device().is_cuda();
+      if (options_.find_unused_parameters_ || order_.read_on_host(iteration_, on_cuda)) {
         tails = read_tails();
-        ++host_checks_;
-        for (size_t b = 0; b < buckets_.size(); ++b) {
-          std::string why = order_mismatch(tails[b].data(), group_->rank(), group_->size(), b, iteration_,
-                                           sequence_[b], code_modulus(tail_of(b).dtype()));
-          if (!why.empty()) throw DistributedError(why);
-        }
+        order_.check(tails, iteration_);
       } else {
-        defer_order_check();
+        std::vector<Tensor> device_tails;
+        for (size_t b = 0; b < buckets_.size(); ++b) device_tails.push_back(tail_of(b));
+        order_.defer(device_tails, iteration_);
       }
       const double inv = 1.0 / group_->size();
       const bool one_rank = group_->size() == 1 && !comm_hook_;  // Note [One rank]
@@ -490,7 +321,7 @@ void Reducer::finalize(bool from_hook) {
 
 void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool grads_current) {
   const Bucket& bucket = buckets_[b];
-  const size_t used_at = size_t(kCodes * group_->size());
+  const size_t used_at = size_t(order_.slots());
   for (size_t k = 0; k < bucket.params.size(); ++k) {
     size_t i = bucket.params[k];
     // No rank used it: leave .grad alone (copy mode; with views it is the zeroed slice).
@@ -567,7 +398,6 @@ void Reducer::rebuild_in_arrival_order() {
   // into its new view, so the old ones must stay alive until it returns.
   std::vector<Bucket> old = std::move(buckets_);
   build_buckets(next);
-  mismatched_slots_ = first_mismatch_ = Tensor();
   ++rebuilds_;
 }
 

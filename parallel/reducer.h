@@ -10,17 +10,10 @@
 
 #include <kiln/parallel/bucket.h>
 #include <kiln/parallel/comm_hooks.h>
+#include <kiln/parallel/order_check.h>
 #include <kiln/parallel/process_group.h>
 
 namespace kiln::dist {
-
-// When the reducer reads Note [Bucket order check] back to the host (Note [Deferred order check]).
-enum class OrderCheck {
-  automatic,        // every iteration on the CPU, with find_unused_parameters or KILN_DISTRIBUTED_DEBUG
-                    // INFO/DETAIL; else (CUDA) the first two synced iterations, then deferred
-  every_iteration,  // one host read at the end of every synced backward
-  deferred,         // compared on the device; read by check_collective_order() (no host read)
-};
 
 struct ReducerOptions {
   size_t first_bucket_cap_bytes_ = mib_to_bytes(1);
@@ -81,8 +74,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   int64_t bucket_rebuilds() const { return rebuilds_; }
   // Synced iterations whose order check was read on the host at the end of backward, and those
   // compared on the device instead (Note [Deferred order check]).
-  int64_t order_checks_on_host() const { return host_checks_; }
-  int64_t order_checks_deferred() const { return deferred_checks_; }
+  int64_t order_checks_on_host() const { return order_.checks_on_host(); }
+  int64_t order_checks_deferred() const { return order_.checks_deferred(); }
   bool iteration_in_progress() const { return active_; }
   const std::vector<Tensor>& parameters() const { return params_; }
 
@@ -101,9 +94,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void launch(size_t b);
   void finalize(bool from_hook);
   Tensor tail_of(size_t b) const;  // the bucket's tail: in the flat tensor, or side_[b] with a comm hook
-  bool check_on_host_now() const;
   std::vector<std::vector<double>> read_tails() const;
-  void defer_order_check();
   void copy_back(size_t b, const std::vector<double>& tail, bool grads_current);
   void rebuild_in_arrival_order();
   void wait_launched_quietly() noexcept;
@@ -127,21 +118,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> used_;          // per parameter: got a gradient since the last synced step
   std::vector<size_t> pending_;     // per bucket: parameters not ready yet
   std::vector<std::shared_ptr<Work>> works_, side_works_;  // per bucket, while launched
-  std::vector<Tensor> side_;        // per bucket: the order-check tail when a comm hook reduces
-  std::vector<uint64_t> sequence_;  // per bucket: the group's sequence number at launch
+  std::vector<Tensor> side_;        // per bucket: the tail when a comm hook reduces
   size_t next_launch_ = 0;
   size_t num_ready_ = 0;
   std::vector<size_t> arrival_;     // first synced iteration: parameters in the order they got ready
   bool rebuild_pending_ = false;
 
-  // Note [Deferred order check]: compared on the device since the last check_collective_order().
-  bool debug_ = false;                 // KILN_DISTRIBUTED_DEBUG is INFO or DETAIL
-  int64_t pending_checks_ = 0;         // iterations compared on the device and not read yet
-  Tensor mismatched_slots_;            // 0-dim f64: code slots that differed, summed
-  Tensor first_mismatch_;              // the codes of the first iteration with a difference
+  OrderChecker order_;  // Note [Bucket order check]: the first slots of every tail
 
   int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0;
-  int64_t host_checks_ = 0, deferred_checks_ = 0;
   std::string failure_;  // set once a collective failed or the order check fired: unusable
 };
 

@@ -2,8 +2,9 @@
 # One command for a GPU machine: configure and build with CUDA, run every `gpu` test, run the GPU
 # benchmarks (Kiln vs PyTorch side by side), and print a short table last.
 #
-# On the device machine (see README, "Checking on a GPU"): prepare .deps on the development
-# machine with ../shared/device/prepare-deps.sh, carry .deps, then run
+# On the device machine (see README, "Checking on a GPU"): carry the dependency prefix .deps made
+# on the development machine (its env.sh, sourced below when present, sets CMAKE_PREFIX_PATH,
+# LD_LIBRARY_PATH and KILN_DEVICE_CMAKE_ARGS), then run
 #     bash scripts/gpu-check.sh            # everything (may pass the device tool's 10 minutes a call:
 #     bash scripts/gpu-check.sh --tests    #   then split it) build + gpu tests only
 #     bash scripts/gpu-check.sh --bench    # build (incremental) + benchmarks and AMP curves only

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Kiln needs on Debian bookworm, quietly, and only what is missing (idempotent).
-# The CUDA toolkit (nvcc, cuBLAS, cuDNN, NCCL) is optional and not installed here: when
-# /usr/local/cuda/bin/nvcc exists the build uses it, otherwise it builds the CPU backend only.
+# The CUDA toolkit (nvcc, cuBLAS, cuDNN, NCCL) is optional and not installed here: when nvcc is
+# found ($CUDACXX, $CUDA_HOME/bin, /usr/local/cuda/bin or PATH) the build uses it, otherwise it
+# builds the CPU backend only.
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config

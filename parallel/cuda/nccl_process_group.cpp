@@ -239,11 +239,7 @@ class NcclProcessGroup final : public ProcessGroup {
   }
 
   std::shared_ptr<Work> allgather(Tensor& output, const Tensor& input) override {
-    check(output, "allgather");
-    check(input, "allgather");
-    KILN_CHECK_DIST(output.dtype() == input.dtype() && output.numel() == input.numel() * size(),
-                    "nccl allgather: output has ", output.numel(), " ", output.dtype(), " elements, expected ",
-                    input.numel() * size(), " ", input.dtype(), " (world size x input)");
+    check_split(output, input, "allgather", /*output_whole=*/true);
     return run("allgather", {output, input}, [&](cudaStream_t s) {
       KILN_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()),
                                     nccl_dtype(input.dtype(), "allgather"), comm_->comm, s));
@@ -251,11 +247,7 @@ class NcclProcessGroup final : public ProcessGroup {
   }
 
   std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input, const AllreduceOptions& options) override {
-    check(output, "reduce_scatter");
-    check(input, "reduce_scatter");
-    KILN_CHECK_DIST(output.dtype() == input.dtype() && input.numel() == output.numel() * size(),
-                    "nccl reduce_scatter: input has ", input.numel(), " ", input.dtype(), " elements, expected ",
-                    output.numel() * size(), " ", output.dtype(), " (world size x output)");
+    check_split(output, input, "reduce_scatter", /*output_whole=*/false);
     return run("reduce_scatter", {output, input}, [&](cudaStream_t s) {
       KILN_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
                                         nccl_dtype(input.dtype(), "reduce_scatter"),
@@ -278,6 +270,19 @@ class NcclProcessGroup final : public ProcessGroup {
                     " but this rank's NCCL group is on cuda:", comm_->device, " (move it with .to(Device::cuda(",
                     comm_->device, ")))");
     KILN_CHECK_DIST(t.is_contiguous(), "nccl ", op, ": tensor of shape ", t.shape(), " is not contiguous");
+  }
+
+  // allgather (the output is whole) and reduce_scatter (the input is): usable tensors of one dtype,
+  // the whole holding world size times the elements of the other.
+  void check_split(const Tensor& output, const Tensor& input, const char* op, bool output_whole) const {
+    check(output, op);
+    check(input, op);
+    const Tensor& whole = output_whole ? output : input;
+    const Tensor& part = output_whole ? input : output;
+    KILN_CHECK_DIST(output.dtype() == input.dtype() && whole.numel() == part.numel() * size(), "nccl ", op, ": ",
+                    output_whole ? "output" : "input", " has ", whole.numel(), " ", whole.dtype(),
+                    " elements, expected ", part.numel() * size(), " ", part.dtype(), " (world size x ",
+                    output_whole ? "input" : "output", ")");
   }
 
   template <class Issue>

@@ -5,6 +5,7 @@
 #include <kiln/parallel/file_store.h>
 
 #include "parallel/ddp_fixtures.h"
+#include "parallel/temp_dir.h"
 
 using namespace kiln;
 using namespace kiln::dist;
@@ -48,27 +49,28 @@ bool same_on_all_ranks(ProcessGroup& pg, const Tensor& t) {
 }  // namespace
 
 TEST_CASE("different models across ranks are refused at construction, naming the parameter") {
-  run_ranks(2, [](ProcessGroup& pg) {
-    test::NetSpec spec;
-    if (pg.rank() == 1) spec.in = 7;
-    auto net = std::make_shared<test::Net>(1, spec);
-    std::string msg = error_of([&] { DistributedDataParallel ddp(net, borrow(pg)); }, "shape mismatch");
-    expect_contains(msg, "rank 1 has 'fc1.weight' of shape [8, 7] where rank 0 has [8, 6]", "shape mismatch");
-  });
-  run_ranks(3, [](ProcessGroup& pg) {
-    test::NetSpec spec;
-    spec.shuffled = pg.rank() == 2;
-    auto net = std::make_shared<test::Net>(1, spec);
-    std::string msg = error_of([&] { DistributedDataParallel ddp(net, borrow(pg)); }, "order mismatch");
-    expect_contains(msg, "rank 2 has parameter 'fc3.weight' where rank 0 has parameter 'fc1.weight'", "names");
-  });
-  run_ranks(2, [](ProcessGroup& pg) {
-    test::NetSpec spec;
-    spec.unused = pg.rank() == 0;
-    auto net = std::make_shared<test::Net>(1, spec);
-    std::string msg = error_of([&] { DistributedDataParallel ddp(net, borrow(pg)); }, "count mismatch");
-    expect_contains(msg, "the first one rank 1 lacks is parameter 'spare.weight'", "count");
-  });
+  struct Case {
+    int world_size;
+    void (*differ)(test::NetSpec& spec, int rank);  // this rank's model
+    const char* expected;
+    const char* what;
+  };
+  const Case cases[] = {
+      {2, [](test::NetSpec& s, int r) { if (r == 1) s.in = 7; },
+       "rank 1 has 'fc1.weight' of shape [8, 7] where rank 0 has [8, 6]", "shape mismatch"},
+      {3, [](test::NetSpec& s, int r) { s.shuffled = r == 2; },
+       "rank 2 has parameter 'fc3.weight' where rank 0 has parameter 'fc1.weight'", "order mismatch"},
+      {2, [](test::NetSpec& s, int r) { s.unused = r == 0; }, "the first one rank 1 lacks is parameter 'spare.weight'",
+       "count mismatch"},
+  };
+  for (const Case& c : cases)
+    run_ranks(c.world_size, [&](ProcessGroup& pg) {
+      test::NetSpec spec;
+      c.differ(spec, pg.rank());
+      auto net = std::make_shared<test::Net>(1, spec);
+      std::string msg = error_of([&] { DistributedDataParallel ddp(net, borrow(pg)); }, c.what);
+      expect_contains(msg, c.expected, c.what);
+    });
 }
 
 TEST_CASE("broadcast_buffers keeps BatchNorm running statistics identical across ranks") {
@@ -126,9 +128,8 @@ TEST_CASE("a parameter without a gradient: a clear error naming it, unless find_
 }
 
 TEST_CASE("a rank that issues an extra collective is caught by the bucket order check") {
-  char dir_template[] = "/tmp/kiln_ddp_order_XXXXXX";
-  REQUIRE(::mkdtemp(dir_template) != nullptr);
-  std::string dir = dir_template;
+  test::TempDir side("kiln_ddp_order");  // a store outside the group the order check breaks
+  const std::string& dir = side.path;
   test::RunRanksOptions options;
   options.timeout = std::chrono::seconds(4);
   run_ranks(
@@ -170,8 +171,6 @@ TEST_CASE("a rank that issues an extra collective is caught by the bucket order 
         ::_exit(0);
       },
       options);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 TEST_CASE("Note [Deferred order check]: where the order check is read, and the same results either way") {

@@ -9,24 +9,16 @@
 #include <filesystem>
 
 #include "test_util.h"
+#include "parallel/temp_dir.h"
 
 #include <kiln/parallel/file_store.h>
 
 using namespace kiln;
 using namespace std::chrono_literals;
 
-namespace {
-
-std::string fresh_dir() {
-  char tmpl[] = "/tmp/kiln_file_store_XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
-
-}  // namespace
-
 TEST_CASE("set, get, check and add") {
-  std::string dir = fresh_dir();
+  test::TempDir tmp("kiln_file_store");
+  const std::string& dir = tmp.path;
   auto a = dist::make_file_store(dir, 2);
   auto b = dist::make_file_store(dir, 2);
   CHECK_FALSE(b->check("alpha"));
@@ -52,7 +44,8 @@ TEST_CASE("set, get, check and add") {
 }
 
 TEST_CASE("get and wait time out naming the missing keys") {
-  std::string dir = fresh_dir();
+  test::TempDir tmp("kiln_file_store");
+  const std::string& dir = tmp.path;
   auto s = dist::make_file_store(dir, 1);
   s->set_timeout(200ms);
   auto t0 = std::chrono::steady_clock::now();
@@ -64,7 +57,8 @@ TEST_CASE("get and wait time out naming the missing keys") {
 }
 
 TEST_CASE("wait returns once another process sets the key") {
-  std::string dir = fresh_dir();
+  test::TempDir tmp("kiln_file_store");
+  const std::string& dir = tmp.path;
   std::fflush(nullptr);
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
@@ -85,7 +79,8 @@ TEST_CASE("wait returns once another process sets the key") {
 }
 
 TEST_CASE("add is atomic across processes") {
-  std::string dir = fresh_dir();
+  test::TempDir tmp("kiln_file_store");
+  const std::string& dir = tmp.path;
   const int procs = 4, adds = 200;
   std::fflush(nullptr);
   std::vector<pid_t> pids;

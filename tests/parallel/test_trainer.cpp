@@ -12,6 +12,7 @@
 #include <kiln/parallel/trainer.h>
 
 #include "parallel/ddp_fixtures.h"
+#include "parallel/temp_dir.h"
 
 using namespace kiln;
 using namespace kiln::dist;
@@ -19,6 +20,7 @@ using kiln::test::batch_rows;
 using kiln::test::flat_parameters;
 using kiln::test::Net;
 using kiln::test::run_ranks;
+using kiln::test::TempDir;
 using kiln::test::TrainSpec;
 
 namespace {
@@ -47,19 +49,6 @@ Tensor rows_loss(Net& net, const TrainSpec& s, int step, int64_t start, int64_t 
   return mse_loss(net.forward(x), y);
 }
 
-// A fresh temporary directory, removed at scope exit.
-struct TempDir {
-  TempDir() {
-    char t[] = "/tmp/kiln_trainer_XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string path;
-};
 
 // fc2(dropout(relu(fc1(x)))): the dropout masks come from the default generator.
 struct DropNet : nn::Module {
@@ -301,7 +290,7 @@ TEST_CASE("Trainer: the device-flag step equals the host-read loop bitwise (f16,
 }
 
 TEST_CASE("Trainer: save at step 3 and resume reproduces steps 4..6 bitwise (weights, RNG, schedule, scaler)") {
-  TempDir dir;
+  TempDir dir("kiln_trainer");
   const std::string path = dir.path + "/resume.safetensors";
   manual_seed(7);
   ResumeRun full = make_resume_run(1);
@@ -337,7 +326,7 @@ TEST_CASE("Trainer: save at step 3 and resume reproduces steps 4..6 bitwise (wei
 }
 
 TEST_CASE("Trainer: automatic checkpoints every N steps keep the last ones; latest_checkpoint finds the newest") {
-  TempDir dir;
+  TempDir dir("kiln_trainer");
   const std::string ckpt = dir.path + "/ckpt";
   CHECK(Trainer::latest_checkpoint(ckpt).empty());
   int steps_done = 0;
@@ -426,7 +415,7 @@ void readme_example(const std::function<std::pair<Tensor, Tensor>()>& next_batch
 }
 
 TEST_CASE("Trainer: the README example trains, checkpoints and resumes") {
-  TempDir dir;
+  TempDir dir("kiln_trainer");
   std::string port = std::to_string(pick_free_port());
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "1", 1);
