@@ -15,6 +15,8 @@
 #include <kiln/parallel/init.h>
 #include <kiln/parallel/spawn.h>
 
+#include "common/app_main.h"
+
 using namespace kiln;
 
 namespace {
@@ -113,17 +115,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--backend", backend, "under a launcher: auto, gloo or nccl");
   app.add_option("--timeout", timeout_s, "rendezvous and collective timeout (seconds)")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-
-  try {
+  return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_allreduce"), [&]() -> int {
     dist::Millis timeout = std::chrono::seconds(timeout_s);
     if (spawn_ranks > 0) return spawn(spawn_ranks, cfg, timeout);
     auto pg = dist::init_process_group(dist::InitOptions().backend(backend).timeout(timeout));
     run(*pg, cfg);
     pg->barrier()->wait();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

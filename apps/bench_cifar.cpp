@@ -18,6 +18,8 @@
 
 #include <kiln/kiln.h>
 
+#include "common/app_main.h"
+
 #include "bench_util.h"
 
 #ifndef KILN_BENCH_CIFAR_PY
@@ -88,9 +90,7 @@ int main(int argc, char** argv) {
   app.add_option("--python", python, "python with torch for the reference side");
   app.add_option("--torch-script", script, "path to bench_cifar.py");
   app.add_flag("--no-torch", no_torch, "only run the Kiln side");
-  CLI11_PARSE(app, argc, argv);
-
-  try {
+  return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_cifar"), [&]() -> int {
     set_num_threads(threads);
     const bool on_cuda = device_name == "cuda";
     KILN_CHECK(!on_cuda || cuda::is_available(), "--device cuda: no usable CUDA device (",
@@ -137,9 +137,6 @@ int main(int argc, char** argv) {
       else
         std::printf("%-10s %6lld %12.1f %12s %8s\n", c.name.c_str(), (long long)c.batch, c.kiln, "-", "-");
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_cifar: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -21,6 +21,8 @@
 #include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
+#include "common/app_main.h"
+
 using namespace kiln;
 
 namespace {
@@ -138,8 +140,7 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run one case: gemm, attention, layer_norm, cross_entropy, adamw");
   app.add_option("--adamw-params", adamw_params, "parameters in the AdamW step (default 1.3e9)")
       ->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-  try {
+  return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_cuda"), [&]() -> int {
     KILN_CHECK(cuda::is_available(), "bench_cuda: no usable CUDA device (", cuda::build_info(), ")");
     std::printf("bench_cuda: %s\n", cuda::build_info().c_str());
     std::fflush(stdout);
@@ -179,9 +180,6 @@ int main(int argc, char** argv) {
     }
     if (ref.contains("device")) std::printf("PyTorch %s on %s\n", ref.value("torch", "?").c_str(),
                                             ref["device"].get<std::string>().c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_cuda: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

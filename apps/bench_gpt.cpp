@@ -9,7 +9,6 @@
 //                  DistributedDataParallel on a one-rank group, the two models stepped in turn
 //                  (issue #6: goal <= 3%).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -21,6 +20,8 @@
 #include <kiln/kiln.h>
 
 #include "bench_util.h"
+#include "common/app_main.h"
+#include "gpt/bench_sides.h"
 #include "gpt/bench_step.h"
 #include "gpt/mfu.h"
 
@@ -34,35 +35,6 @@ namespace {
 
 constexpr double kDdpOverheadGoal = 0.03;  // issue #6
 
-struct BenchConfig {
-  std::string name;
-  models::GPTConfig config;
-  int64_t batch, seq;  // the defaults for this config (-B / -T override)
-};
-
-// "gpt-10m": 6 layers, 6 heads, 384 dims, context 256, byte vocabulary (10.8M parameters).
-models::GPTConfig gpt_10m() {
-  models::GPTConfig c = models::gpt_config("gpt-tiny");
-  c.n_layer = 6;
-  c.n_head = 6;
-  c.n_embd = 384;
-  c.block_size = 256;
-  return c;
-}
-
-BenchConfig named_config(const std::string& name) {
-  if (name == "gpt-10m") return {name, gpt_10m(), 8, 256};
-  models::GPTConfig c = models::gpt_config(name);  // fails listing the presets
-  if (name == "gpt2-124m") return {name, c, 16, 1024};
-  if (name == "gpt-1.3b") return {name, c, 8, 2048};  // issue #7: must fit 8 x 2048 on an 80 GB H100
-  return {name, c, 8, c.block_size};
-}
-
-std::vector<BenchConfig> default_configs(bool cuda) {
-  if (cuda) return {named_config("gpt2-124m"), named_config("gpt-1.3b")};
-  return {named_config("gpt-tiny"), named_config("gpt-10m")};
-}
-
 struct Args {
   std::string device = "cpu", dtype, config, python = "/usr/bin/python3", script = KILN_BENCH_GPT_PY;
   std::string attention = "auto";
@@ -72,80 +44,6 @@ struct Args {
   bool no_torch = false, ddp_overhead = false, bucket_view = false, recompute = false;
   double peak_flops = 0;
 };
-
-// One row of the table: a side's best time over the rounds, or why it has none.
-struct Side {
-  std::string name;  // "kiln", "torch eager", "torch compile", "kiln + DDP"
-  double seconds = 0;
-  int64_t peak_bytes = 0;
-  std::vector<double> step_seconds;  // --ddp-overhead: every step, in the order they ran
-  std::string error;
-  bool ran = false;
-  void add(double s, int64_t peak) {
-    if (!ran || s < seconds) seconds = s, peak_bytes = peak;
-    ran = true;
-    error.clear();
-  }
-  void add_error(const std::string& e) {
-    if (!ran) error = e;
-  }
-};
-
-// The last line of `out` that parses as a JSON object (python may print warnings before it).
-bool last_json(const std::string& out, nlohmann::json& j) {
-  std::istringstream lines(out);
-  std::string line;
-  bool found = false;
-  while (std::getline(lines, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    try {
-      j = nlohmann::json::parse(line);
-      found = true;
-    } catch (const std::exception&) {
-    }
-  }
-  return found;
-}
-
-// Runs the PyTorch side once in `mode` and records it in `side`; returns "<torch version> (<attention>...)"
-// or "" when it failed.
-std::string run_torch(const Args& a, const BenchConfig& bc, int64_t b, int64_t t, const std::string& mode, int threads,
-                      Side& side) {
-  const models::GPTConfig& c = bc.config;
-  std::ostringstream cmd;
-  cmd << bench::shell_quote(a.python) << ' ' << bench::shell_quote(a.script) << " --device " << a.device
-      << " --dtype " << a.dtype << " --mode " << mode << " --attention " << a.attention << " --threads " << threads
-      << " --batch " << b << " --seq " << t << " --warmup " << a.warmup << " --steps " << a.steps << " --n-layer "
-      << c.n_layer << " --n-head " << c.n_head << " --n-embd " << c.n_embd << " --block " << c.block_size
-      << " --vocab " << c.vocab_size << " --padded-vocab " << c.padded_vocab_size;
-  if (a.recompute) cmd << " --recompute";
-  int status = 0;
-  const std::string out = bench::run_command(cmd.str(), &status);
-  nlohmann::json j;
-  if (!last_json(out, j)) {
-    side.add_error("failed: no result (exit status " + std::to_string(status) + "; its stderr is above)");
-    return "";
-  }
-  if (j.contains("error")) {
-    side.add_error(j.value("oom", false) ? "out of memory" : "failed: " + j.value("error", std::string("?")));
-    return "";
-  }
-  KILN_CHECK(j.value("params", int64_t(0)) == models::GPT::count_parameters(c), "the PyTorch model has ",
-             j.value("params", int64_t(0)), " parameters, Kiln's ", models::GPT::count_parameters(c), " (",
-             bc.name, ")");
-  side.add(j.at("step_s").get<double>(), j.value("peak_bytes", int64_t(0)));
-  return j.value("torch", std::string()) + " (" + j.value("attention", std::string("?")) + " attention" +
-         (j.value("fused_adamw", false) ? ", fused AdamW" : "") + ")";
-}
-
-void record_kiln(const apps::StepTiming& r, Side& side) {
-  if (!r.ok()) {
-    side.add_error(r.oom ? "out of memory" : "failed: " + r.error);
-    return;
-  }
-  side.add(r.seconds, r.peak_bytes);
-  side.step_seconds = r.step_seconds;
-}
 
 std::string gib(int64_t bytes) {
   char buf[32];
@@ -168,9 +66,10 @@ int run(Args a) {
   const DType amp = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   const double peak = a.peak_flops > 0 ? a.peak_flops : apps::device_peak_flops(device, amp, threads);
 
-  std::vector<BenchConfig> configs = a.config.empty() ? default_configs(cuda) : std::vector{named_config(a.config)};
+  std::vector<apps::BenchConfig> configs =
+      a.config.empty() ? apps::default_configs(cuda) : std::vector{apps::named_config(a.config)};
   // Two gpt-1.3b models with their optimizer states do not fit one 80 GB device beside the activations.
-  if (a.ddp_overhead && cuda && a.config.empty()) configs = {named_config("gpt2-124m")};
+  if (a.ddp_overhead && cuda && a.config.empty()) configs = {apps::named_config("gpt2-124m")};
   std::shared_ptr<dist::ProcessGroup> group;
   if (a.ddp_overhead) group = apps::make_single_rank_group(device);
 
@@ -190,13 +89,13 @@ int run(Args a) {
   std::fflush(stdout);
 
   struct Row {
-    BenchConfig bc;
+    apps::BenchConfig bc;
     int64_t b, t;
-    std::vector<Side> sides;
+    std::vector<apps::Side> sides;
   };
   std::vector<Row> rows;
   std::string torch_info;
-  for (const BenchConfig& bc : configs) {
+  for (const apps::BenchConfig& bc : configs) {
     const models::GPTConfig& c = bc.config;
     const int64_t b = a.batch > 0 ? a.batch : bc.batch, t = a.seq > 0 ? a.seq : bc.seq;
     KILN_CHECK(t <= c.block_size, "-T ", t, " exceeds ", bc.name, "'s context ", c.block_size);
@@ -209,28 +108,30 @@ int run(Args a) {
     o.config = c, o.batch = b, o.seq = t, o.device = device, o.amp = amp, o.warmup = a.warmup, o.steps = a.steps;
     o.gradient_as_bucket_view = a.bucket_view;
     o.recompute = a.recompute;
-    Row row{bc, b, t, {Side{"kiln"}}};
-    if (a.ddp_overhead) row.sides.push_back(Side{"kiln + DDP"});
+    Row row{bc, b, t, {apps::Side{"kiln"}}};
+    if (a.ddp_overhead) row.sides.push_back(apps::Side{"kiln + DDP"});
     else if (!a.no_torch)
-      for (const std::string& m : a.torch_modes) row.sides.push_back(Side{"torch " + m});
+      for (const std::string& m : a.torch_modes) row.sides.push_back(apps::Side{"torch " + m});
     if (a.ddp_overhead) {
       // One model each, stepped in turn (time_kiln_steps): the rounds' steps are pooled.
       o.steps = a.steps * a.rounds;
       apps::BenchStepOptions with_ddp = o;
       with_ddp.ddp_group = group;
       std::vector<apps::StepTiming> timed = apps::time_kiln_steps({o, with_ddp});
-      record_kiln(timed[0], row.sides[0]);
-      record_kiln(timed[1], row.sides[1]);
+      apps::record_kiln(timed[0], row.sides[0]);
+      apps::record_kiln(timed[1], row.sides[1]);
       rows.push_back(row);
       continue;
     }
     for (int r = 0; r < a.rounds; ++r) {
-      Side& kiln = row.sides[0];
-      if (kiln.ran || kiln.error.empty()) record_kiln(apps::time_kiln_step(o), kiln);  // failed before: it would again
+      apps::Side& kiln = row.sides[0];
+      if (kiln.ran || kiln.error.empty()) apps::record_kiln(apps::time_kiln_step(o), kiln);  // failed before: it would again
       for (size_t s = 1; s < row.sides.size(); ++s) {
-        Side& side = row.sides[s];
+        apps::Side& side = row.sides[s];
         if (!side.ran && !side.error.empty()) continue;  // failed before: it would again
-        std::string v = run_torch(a, bc, b, t, a.torch_modes[s - 1], threads, side);
+        const apps::TorchSideOptions torch{a.python, a.script, a.device, a.dtype, a.attention, a.warmup, a.steps,
+                                           a.recompute};
+        std::string v = apps::run_torch(torch, bc, b, t, a.torch_modes[s - 1], threads, side);
         if (!v.empty()) torch_info = v;
       }
     }
@@ -242,7 +143,7 @@ int run(Args a) {
     std::printf("%-10s %12s %12s %12s %10s  %s\n", "config", "B x T", "no DDP ms", "DDP ms", "overhead",
                 "goal <= 3%");
     for (const Row& r : rows) {
-      const Side &plain = r.sides[0], &ddp = r.sides[1];
+      const apps::Side &plain = r.sides[0], &ddp = r.sides[1];
       const std::string bt = std::to_string(r.b) + " x " + std::to_string(r.t);
       if (!plain.ran || !ddp.ran) {
         std::printf("%-10s %12s %s\n", r.bc.name.c_str(), bt.c_str(),
@@ -267,8 +168,8 @@ int run(Args a) {
   for (const Row& r : rows) {
     const std::string bt = std::to_string(r.b) + " x " + std::to_string(r.t);
     const double flops_tok = apps::flops_per_token(r.bc.config, r.t);
-    const Side& kiln = r.sides[0];
-    for (const Side& s : r.sides) {
+    const apps::Side& kiln = r.sides[0];
+    for (const apps::Side& s : r.sides) {
       if (!s.ran) {
         std::printf("%-10s %12s %-14s %s\n", r.bc.name.c_str(), bt.c_str(), s.name.c_str(), s.error.c_str());
         continue;
@@ -323,11 +224,5 @@ int main(int argc, char** argv) {
                "DistributedDataParallel on a one-rank group (Gloo on cpu, NCCL on cuda), two models stepped in "
                "turn (default configs on cuda: gpt2-124m only)");
   app.add_flag("--bucket-view", a.bucket_view, "with --ddp-overhead: DDPOptions().gradient_as_bucket_view(true)");
-  CLI11_PARSE(app, argc, argv);
-  try {
-    return run(a);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_gpt: %s\n", e.what());
-    return 1;
-  }
+  return apps::run_main(app, argc, argv, apps::AppMainOptions("bench_gpt"), [&] { return run(a); });
 }

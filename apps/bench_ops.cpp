@@ -17,6 +17,8 @@
 #include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
+#include "common/app_main.h"
+
 #include "bench_util.h"
 
 #ifndef KILN_BENCH_OPS_PY
@@ -74,9 +76,7 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", script, "path to bench_ops.py");
   app.add_flag("--no-torch", no_torch, "only run the Kiln side");
   app.add_option("--rounds", rounds, "alternating Kiln/PyTorch rounds; each side keeps its best")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-
-  try {
+  return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_ops"), [&]() -> int {
     set_num_threads(threads);
     // Rounds alternate Kiln and PyTorch; each side keeps its best round, so a burst of load from
     // elsewhere on a shared machine does not land on one side only.
@@ -113,9 +113,6 @@ int main(int argc, char** argv) {
         std::printf("%-12s %-8s %10.2f %10s %8s\n", r.name.c_str(), r.unit.c_str(), r.kiln, "-", "-");
       }
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_ops: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

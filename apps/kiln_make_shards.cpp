@@ -16,6 +16,8 @@
 
 #include <kiln/kiln.h>
 
+#include "common/app_main.h"
+
 using namespace kiln;
 using namespace kiln::data;
 
@@ -71,9 +73,7 @@ int main(int argc, char** argv) {
   app.add_option("--lags", lags, "synthetic: comma-separated copy distances, chosen by previous token % count")
       ->delimiter(',')
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-
-  try {
+  return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("kiln-make-shards"), [&]() -> int {
     KILN_CHECK(synthetic || !text.empty(), "give --synthetic or --text FILE (see --help)");
     KILN_CHECK(!synthetic || tokens > 0, "--synthetic needs --tokens N");
     const std::filesystem::path dir(out);
@@ -120,9 +120,6 @@ int main(int argc, char** argv) {
                   corpus->entropy_floor(), std::log(double(vocab)));
     else
       std::printf("byte-level tokens from %s, vocab 256\n", text.c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln-make-shards: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -1,13 +1,13 @@
 // kiln-run: Kiln's torchrun. Same flags (--nproc-per-node, --nnodes, --node-rank, --master-addr,
 // --master-port, --standalone, --max-restarts), same worker variables; the program and its
 // arguments follow the first positional (or `--`) untouched. The work is kiln::dist::launch().
-#include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include <kiln/parallel/launcher.h>
+
+#include "common/app_main.h"
 
 namespace {
 
@@ -43,34 +43,20 @@ int main(int argc, char** argv) {
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 5)");
   app.prefix_command();  // the first positional and everything after it is the worker command
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "kiln-run: %s (see kiln-run --help)\n", e.what());
-    return 2;
-  }
-
-  std::vector<std::string> command = app.remaining();
-  if (!command.empty() && command[0] == "--") command.erase(command.begin());
-  else if (!command.empty() && command[0].size() > 1 && command[0][0] == '-') {
-    std::fprintf(stderr, "kiln-run: unknown option %s (see kiln-run --help)\n", command[0].c_str());
-    return 2;
-  }
-  if (command.empty()) {
-    std::fprintf(stderr, "kiln-run: no program given (usage: kiln-run [options] [--] program [args...])\n");
-    return 2;
-  }
-  o.command_ = std::move(command);
-  o.monitor_interval_ = std::chrono::milliseconds(static_cast<int64_t>(monitor_interval_s * 1000));
-  o.stop_grace_ = std::chrono::milliseconds(static_cast<int64_t>(stop_grace_s * 1000));
-
-  try {
+  return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("kiln-run"), [&] {
+    std::vector<std::string> command = app.remaining();
+    if (!command.empty() && command[0] == "--") command.erase(command.begin());
+    else if (!command.empty() && command[0].size() > 1 && command[0][0] == '-') {
+      std::fprintf(stderr, "kiln-run: unknown option %s (see kiln-run --help)\n", command[0].c_str());
+      return 2;
+    }
+    if (command.empty()) {
+      std::fprintf(stderr, "kiln-run: no program given (usage: kiln-run [options] [--] program [args...])\n");
+      return 2;
+    }
+    o.command_ = std::move(command);
+    o.monitor_interval_ = std::chrono::milliseconds(static_cast<int64_t>(monitor_interval_s * 1000));
+    o.stop_grace_ = std::chrono::milliseconds(static_cast<int64_t>(stop_grace_s * 1000));
     return kiln::dist::launch(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln-run: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -1,9 +1,6 @@
 // sample_gpt: generates text from a GPT checkpoint — a train_gpt checkpoint (the Trainer's
 // "model.*" tensors) or a Hugging Face GPT-2 safetensors file. Each new token recomputes the whole
 // context (no KV cache: simple, and fast enough for the sizes a CPU samples from).
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,15 +15,18 @@
 
 #include <kiln/kiln.h>
 
+#include "common/app_main.h"
 #include "gpt/bpe_decoder.h"
+#include "gpt/model_flags.h"
 
 using namespace kiln;
 
 namespace {
 
 struct Args {
-  std::string checkpoint, config_path, model = "gpt-tiny", prompt, prompt_ids, encoder;
-  int64_t n_layer = 0, n_head = 0, n_embd = 0, tokens = 64, top_k = 0;
+  apps::ModelFlags shape;
+  std::string checkpoint, config_path, prompt, prompt_ids, encoder;
+  int64_t tokens = 64, top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 42;
   int threads = 0;
@@ -42,25 +42,11 @@ models::GPTConfig load_config(const Args& a) {
     auto beside = std::filesystem::path(a.checkpoint).parent_path() / "config.json";
     if (std::filesystem::is_regular_file(beside)) path = beside.string();
   }
-  models::GPTConfig c = models::gpt_config(a.model);
-  if (!path.empty()) {
-    std::ifstream in(path);
-    KILN_CHECK(in.good(), "cannot open the config ", path);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    KILN_CHECK(j.is_object(), "config ", path, " is not a JSON object");
-    for (auto [key, field] : {std::pair{"vocab_size", &c.vocab_size}, {"padded_vocab_size", &c.padded_vocab_size},
-                              {"block_size", &c.block_size}, {"n_layer", &c.n_layer}, {"n_head", &c.n_head},
-                              {"n_embd", &c.n_embd}}) {
-      KILN_CHECK(j.contains(key) && j[key].is_number_integer(), "config ", path, " lacks the integer \"", key, "\"");
-      *field = j[key].get<int64_t>();
-    }
-    if (j.contains("bias")) c.bias = j["bias"].get<bool>();
-  }
-  if (a.n_layer > 0) c.n_layer = a.n_layer;
-  if (a.n_head > 0) c.n_head = a.n_head;
-  if (a.n_embd > 0) c.n_embd = a.n_embd;
-  c.validate();
-  return c;
+  if (path.empty()) return apps::apply_overrides(a.shape, models::gpt_config(a.shape.model));
+  std::ifstream in(path);
+  KILN_CHECK(in.good(), "cannot open the config ", path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return apps::apply_overrides(a.shape, models::GPTConfig::from_json(text, "config " + path));
 }
 
 // A train_gpt checkpoint (metadata format "kiln.checkpoint": weights under "model.") or an HF file.
@@ -192,10 +178,7 @@ int main(int argc, char** argv) {
                  "GPT-2 model.safetensors")->required()->check(CLI::ExistingFile);
   app.add_option("--config", a.config_path, "the model's shape as JSON (default: config.json next to the checkpoint, "
                  "which train_gpt writes; else --model)");
-  app.add_option("--model", a.model, "preset when there is no config.json")->capture_default_str();
-  app.add_option("--n-layer", a.n_layer, "override the layer count");
-  app.add_option("--n-head", a.n_head, "override the head count");
-  app.add_option("--n-embd", a.n_embd, "override the width");
+  apps::add_model_flags(app, a.shape, "preset when there is no config.json");
   app.add_option("--prompt", a.prompt, "prompt text (byte-level models; default: a newline)");
   app.add_option("--prompt-ids", a.prompt_ids, "prompt as comma-separated token ids (any vocabulary; GPT-2's "
                  "default: <|endoftext|>)");
@@ -211,19 +194,6 @@ int main(int argc, char** argv) {
   app.add_option("--device", a.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_flag("--no-kv-cache", a.no_kv_cache, "recompute the whole context (the last block_size tokens) for every "
                "token instead");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "sample_gpt: %s (see sample_gpt --help)\n", e.what());
-    return 2;
-  }
-  try {
-    return run(a);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\nsample_gpt: %s\n", e.what());
-    return 1;
-  }
+  return apps::run_main(app, argc, argv, apps::AppMainOptions("sample_gpt").newline_before_error(true),
+                        [&] { return run(a); });
 }

@@ -1,13 +1,11 @@
 // train_cifar: trains models::CifarCnn on CIFAR-10 (the official binary batches, or the synthetic
-// CIFAR-shaped set) with dist::Trainer, on one process or many (kiln-run / torchrun: DDP over Gloo
-// or NCCL), evaluating test accuracy every epoch. Flags: train_cifar --help; README "Training on CIFAR-10".
-#include <CLI/CLI.hpp>
-
+// CIFAR-shaped set) with dist::Trainer, on one process or many (kiln-run / torchrun / srun / mpirun:
+// DDP over Gloo or NCCL), evaluating test accuracy every epoch. Flags: train_cifar --help; README
+// "Training on CIFAR-10".
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +15,14 @@
 #include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
+#include "cifar/cifar_data.h"
 #include "cifar/cifar_eval.h"
 #include "cifar/cifar_metrics.h"
+#include "cifar/cifar_optim.h"
+#include "common/app_main.h"
+#include "common/duration.h"
+#include "common/job.h"
+#include "common/metrics_writer.h"
 
 using namespace kiln;
 
@@ -111,83 +115,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Train and test splits: the official files or the synthetic set (whose notice rank 0 prints).
-std::pair<data::Cifar10Dataset, data::Cifar10Dataset> load_data(const Args& a, bool main_rank) {
-  data::Cifar10Dataset train, test;
-  if (a.data_dir.empty() || a.synthetic) {
-    if (main_rank) std::printf("%s\n", data::kSyntheticCifarNotice);
-    train = data::make_synthetic_cifar10(data::SyntheticCifarOptions(a.train_size ? a.train_size : 50000).seed(1));
-    test = data::make_synthetic_cifar10(data::SyntheticCifarOptions(a.test_size ? a.test_size : 10000).seed(2));
-    return {train, test};
-  }
-  train = data::load_cifar10(a.data_dir, data::Cifar10Split::train);
-  test = data::load_cifar10(a.data_dir, data::Cifar10Split::test);
-  KILN_CHECK(a.train_size <= train.size(), "--train-size ", a.train_size, " exceeds the ", train.size(), " training images");
-  KILN_CHECK(a.test_size <= test.size(), "--test-size ", a.test_size, " exceeds the ", test.size(), " test images");
-  if (a.train_size) train = data::slice(train, 0, a.train_size);
-  if (a.test_size) test = data::slice(test, 0, a.test_size);
-  return {train, test};
-}
-
-// Warmup then decay to 0 at `total` steps, as a factor of the peak lr.
-optim::LRLambda make_schedule(const std::string& kind, int64_t warmup, int64_t total) {
-  if (kind == "cosine") return optim::warmup_cosine_schedule(optim::WarmupCosineOptions(std::max<int64_t>(warmup, 0), total));
-  return [warmup, total](int64_t s) {
-    if (s < warmup) return double(s + 1) / double(warmup);
-    return std::max(0.0, double(total - s) / double(total - warmup));
-  };
-}
-
-// The sampler's indices reordered inside each per-rank batch so that micro-step m of
-// `accum` gets positions m, m + accum, ... of the batch, contiguously.
-std::vector<int64_t> interleave_micro_batches(const std::vector<int64_t>& indices, int64_t batch, int64_t accum) {
-  if (accum == 1) return indices;
-  std::vector<int64_t> out(indices.size());
-  const int64_t micro = batch / accum;
-  for (int64_t start = 0; start + batch <= int64_t(indices.size()); start += batch)
-    for (int64_t i = 0; i < batch; ++i) out[start + (i % accum) * micro + i / accum] = indices[start + i];
-  for (int64_t i = int64_t(indices.size()) / batch * batch; i < int64_t(indices.size()); ++i) out[i] = indices[i];
-  return out;
-}
-
-std::string format_duration(double s) {
-  char buf[32];
-  const long t = long(std::max(0.0, s));
-  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-  return buf;
-}
-
 int run(const Args& a) {
   if (a.threads > 0) set_num_threads(a.threads);
-  const bool launched = std::getenv("WORLD_SIZE") != nullptr;
-  std::shared_ptr<dist::ProcessGroup> group;
-  int local_rank = 0;
-  if (launched) {
-    local_rank = dist::read_env().local_rank;
-    // auto: NCCL for GPU ranks, Gloo for CPU ranks.
-    std::string backend = a.backend != "auto" ? a.backend : (a.device == "cuda" ? "nccl" : "gloo");
-    group = dist::init_process_group(dist::InitOptions().backend(backend));
-  }
-  const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
-  const bool main_rank = rank == 0;
-  KILN_CHECK(a.batch_size % world == 0, "--batch-size ", a.batch_size, " is not divisible by the world size ", world);
-  const int64_t per_rank = a.batch_size / world;
+  // Alone, or one rank of the job kiln-run, torchrun, srun or mpirun started (dist::launched()).
+  const apps::Job job = apps::join_job(apps::JobOptions().device(a.device).backend(a.backend));
+  const Device device = job.device;
+  KILN_CHECK(a.batch_size % job.world == 0, "--batch-size ", a.batch_size, " is not divisible by the world size ", job.world);
+  const int64_t per_rank = a.batch_size / job.world;
   KILN_CHECK(per_rank % a.grad_accum == 0, "the per-rank batch ", per_rank, " is not divisible by --grad-accum ",
              a.grad_accum);
   const int64_t micro = per_rank / a.grad_accum;
   const DType amp = a.dtype == "bf16" ? DType::bf16 : DType::f32;
-  KILN_CHECK(a.device == "cpu" || cuda::is_available(), "--device cuda: no usable CUDA device (", cuda::build_info(),
-             "); use --device cpu");
-  const Device device = a.device == "cuda" ? (group ? group->device() : Device::cuda(local_rank)) : Device::cpu();
-  if (device.is_cuda()) {
-    KILN_CHECK(device.index < cuda::device_count(), "--device cuda: local rank ", local_rank, " needs cuda:",
-               device.index, " but there are ", cuda::device_count(), " device(s)");
-    cuda::set_device(device.index);
-  }
 
-  auto [train_set, test_set] = load_data(a, main_rank);
+  auto [train_set, test_set] = apps::load_cifar_splits({a.data_dir, a.synthetic, a.train_size, a.test_size}, job.main());
   auto train = std::make_shared<const data::Cifar10Dataset>(train_set);
-  data::DistributedSampler sampler(train->size(), world, rank, /*shuffle=*/true, a.seed);
+  data::DistributedSampler sampler(train->size(), job.world, job.rank, /*shuffle=*/true, a.seed);
   const int64_t steps_per_epoch = sampler.num_samples() / per_rank;
   KILN_CHECK(steps_per_epoch > 0, "each rank has ", sampler.num_samples(), " training images, fewer than its batch ",
              per_rank, ": lower --batch-size or raise --train-size");
@@ -198,16 +140,10 @@ int run(const Args& a) {
   auto config = a.model == "tiny" ? models::CifarCnnConfig::tiny() : models::CifarCnnConfig::standard();
   auto model = std::make_shared<models::CifarCnn>(config, gen);
   model->to(device);
-  std::shared_ptr<optim::Optimizer> optimizer;
-  if (a.optimizer == "sgd")
-    optimizer = std::make_shared<optim::SGD>(
-        model->parameters(),
-        optim::SGDOptions(a.lr).momentum(a.momentum).nesterov(a.momentum > 0).weight_decay(a.weight_decay));
-  else
-    optimizer = std::make_shared<optim::AdamW>(model->parameters(), optim::AdamWOptions(a.lr).weight_decay(a.weight_decay));
-  dist::Trainer trainer(model, optimizer, group,
+  auto optimizer = apps::make_cifar_optimizer({a.optimizer, a.lr, a.momentum, a.weight_decay}, model->parameters());
+  dist::Trainer trainer(model, optimizer, job.group,
                         dist::TrainerOptions().amp(amp).log_every(a.log_every).grad_accum_steps(a.grad_accum),
-                        make_schedule(a.schedule, warmup, total_steps));
+                        apps::make_cifar_schedule(a.schedule, warmup, total_steps));
 
   int64_t start_epoch = 0;
   double elapsed_before = 0;
@@ -219,19 +155,22 @@ int run(const Args& a) {
       KILN_CHECK(std::sscanf(cursor->c_str(), "epoch=%lld elapsed=%lf", &epoch, &elapsed_before) == 2,
                  "checkpoint ", path, " has no train_cifar cursor (found '", *cursor, "')");
       start_epoch = epoch;
-      if (main_rank) std::printf("resumed from %s: epoch %lld, step %lld\n", path.c_str(), epoch, (long long)trainer.global_step());
-    } else if (main_rank) {
+      if (job.main()) std::printf("resumed from %s: epoch %lld, step %lld\n", path.c_str(), epoch, (long long)trainer.global_step());
+    } else if (job.main()) {
       std::printf("no checkpoint in %s: starting from scratch\n", a.checkpoint_dir.c_str());
     }
   }
-  apps::MetricsLog metrics(main_rank ? a.metrics : std::string(), a.resume ? start_epoch : -1);
-  if (main_rank)
+  // Note [Resume-safe metrics]: a resumed run's file is cut back to the checkpoint's step.
+  apps::MetricsWriter metrics(job.main() ? a.metrics : std::string(), trainer.global_step());
+  std::vector<apps::EpochMetrics> history;
+  for (const auto& line : metrics.kept()) history.push_back(apps::epoch_metrics_from_json(line));
+  if (job.main())
     std::printf("train_cifar: %s model, %lld train / %lld test images, %d rank(s) x batch %lld (micro %lld), %lld steps/epoch, "
                 "%s lr %g, %s, %d thread(s)\n",
-                a.model.c_str(), (long long)train->size(), (long long)test_set.size(), world, (long long)per_rank,
+                a.model.c_str(), (long long)train->size(), (long long)test_set.size(), job.world, (long long)per_rank,
                 (long long)micro, (long long)steps_per_epoch, a.optimizer.c_str(), a.lr, a.dtype.c_str(), num_threads());
 
-  const bool live = main_rank && isatty(fileno(stderr));
+  const bool live = job.main() && isatty(fileno(stderr));
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t steps_at_start = trainer.global_step();
   const int64_t last_epoch = a.stop_after_epoch > 0 ? std::min(a.stop_after_epoch, a.epochs) : a.epochs;
@@ -240,7 +179,7 @@ int run(const Args& a) {
     sampler.set_epoch(epoch);
     // Augmentation is keyed by the dataset index only (rank 0's key on every rank), so an image is
     // augmented the same way whatever the world size.
-    data::DataLoader loader(interleave_micro_batches(sampler.indices(), per_rank, a.grad_accum),
+    data::DataLoader loader(apps::interleave_micro_batches(sampler.indices(), per_rank, a.grad_accum),
                             data::cifar10_batches(train, data::AugmentOptions().seed(a.seed), epoch, /*rank=*/0),
                             data::DataLoaderOptions(per_rank).num_workers(a.workers).drop_last(true)
                                 .pin_memory(device.is_cuda()).device(device));
@@ -265,33 +204,24 @@ int run(const Args& a) {
         const double eta = t / double(done) * double(last_epoch * steps_per_epoch - trainer.global_step());
         std::fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %s   ", (long long)epoch + 1,
                      (long long)a.epochs, (long long)(batch->index + 1), (long long)steps_per_epoch, last_loss, rate,
-                     format_duration(eta).c_str());
+                     apps::format_duration(eta, apps::DurationStyle::clock).c_str());
         std::fflush(stderr);
       }
     }
     const double train_seconds = seconds_since(epoch_start);
     Tensor mean_loss = ops::div(loss_sum, double(steps_per_epoch));  // on `device`, the group's device
-    if (group && world > 1) group->allreduce(mean_loss, dist::AllreduceOptions().op(dist::ReduceOp::avg))->wait();
-    if (trainer.ddp()) trainer.ddp()->prepare_forward();  // rank 0's BatchNorm buffers everywhere
-    apps::EvalCounts counts = apps::evaluate(*model, test_set, group.get(), a.eval_batch_size, amp, device);
+    if (job.world > 1) job.group->allreduce(mean_loss, dist::AllreduceOptions().op(dist::ReduceOp::avg))->wait();
+    trainer.sync_buffers();  // rank 0's BatchNorm buffers everywhere
+    apps::EvalCounts counts = apps::evaluate(*model, test_set, job.group.get(), a.eval_batch_size, amp, device);
 
-    apps::EpochMetrics m;
-    m.epoch = epoch + 1;
-    m.step = trainer.global_step();
-    m.train_loss = mean_loss.item();
-    m.test_accuracy = counts.accuracy();
-    m.test_correct = counts.correct;
-    m.test_total = counts.total;
-    m.images_per_s = double(steps_per_epoch * a.batch_size) / train_seconds;
-    m.elapsed_s = elapsed_before + seconds_since(run_start);
-    m.lr = trainer.lr();
-    if (main_rank) {
+    const apps::EpochMetrics m{epoch + 1, trainer.global_step(), mean_loss.item(), counts.accuracy(), counts.correct,
+                               counts.total, double(steps_per_epoch * a.batch_size) / train_seconds,
+                               elapsed_before + seconds_since(run_start), trainer.lr()};
+    if (job.main()) {
       if (live) std::fprintf(stderr, "\r%*s\r", 100, "");
-      std::printf("epoch %lld/%lld  step %lld  train loss %.4f  test acc %.2f%%  %.0f img/s  elapsed %s\n",
-                  (long long)m.epoch, (long long)a.epochs, (long long)m.step, m.train_loss, 100.0 * m.test_accuracy,
-                  m.images_per_s, format_duration(m.elapsed_s).c_str());
-      std::fflush(stdout);
-      metrics.append(m);
+      apps::print_epoch(m, a.epochs);
+      metrics.write(apps::to_json(m));
+      history.push_back(m);
     }
     if (!a.checkpoint_dir.empty() && (m.epoch % a.checkpoint_every == 0 || m.epoch == last_epoch)) {
       char cursor[96];
@@ -299,8 +229,8 @@ int run(const Args& a) {
       trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, trainer.global_step()), cursor);
     }
   }
-  if (main_rank && !a.acc_svg.empty())
-    apps::write_accuracy_svg(a.acc_svg, metrics.history(),
+  if (job.main() && !a.acc_svg.empty())
+    apps::write_accuracy_svg(a.acc_svg, history,
                              "train_cifar: " + a.model + " model" + (a.data_dir.empty() || a.synthetic ? " (synthetic data)" : ""));
   return 0;
 }
@@ -308,25 +238,14 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"train_cifar: train the CIFAR-10 CNN (one process, or DDP under kiln-run / torchrun)"};
+  CLI::App app{"train_cifar: train the CIFAR-10 CNN (one process, or DDP under kiln-run / torchrun / srun / mpirun)"};
   Args a;
   add_flags(app, a);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "train_cifar: error: %s (see --help)\n", e.what());
-    return 2;
-  }
-  if (a.optimizer == "adamw") {  // per-optimizer defaults for flags left unset
-    if (app.count("--lr") == 0) a.lr = 2e-3;
-    if (app.count("--weight-decay") == 0) a.weight_decay = 0.05;
-  }
-  try {
+  return apps::run_main(app, argc, argv, apps::AppMainOptions("train_cifar"), [&] {
+    if (a.optimizer == "adamw") {  // per-optimizer defaults for flags left unset
+      if (app.count("--lr") == 0) a.lr = 2e-3;
+      if (app.count("--weight-decay") == 0) a.weight_decay = 0.05;
+    }
     return run(a);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "train_cifar: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

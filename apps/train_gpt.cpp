@@ -1,14 +1,9 @@
 // train_gpt: trains the bundled GPT on llm.c-format token shards, single-process or one rank per
 // process under kiln-run/torchrun (dist::Trainer: accumulation, autocast, clipping, AdamW with
 // decay on 2-D weights only, warmup + cosine, checkpoints that resume bitwise with the data cursor).
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -21,17 +16,20 @@
 #include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
+#include "common/app_main.h"
+#include "common/job.h"
 #include "gpt/mfu.h"
+#include "gpt/model_flags.h"
 #include "gpt/report.h"
+#include "gpt/val_loss.h"
 
 using namespace kiln;
-using json = nlohmann::json;
 
 namespace {
 
 struct Args {
-  std::string model = "gpt-tiny", train, val;
-  int64_t n_layer = 0, n_head = 0, n_embd = 0;
+  apps::ModelFlags shape;
+  std::string train, val;
   int64_t batch_size = 8, seq_len = 128, total_batch_tokens = 0;
   double lr = 6e-4, min_lr = 6e-5, weight_decay = 0.1, grad_clip = 1.0;
   int64_t warmup_steps = 20, steps = 200, stop_after = 0;
@@ -47,65 +45,8 @@ struct Args {
   double peak_flops = 0;
 };
 
-bool launched_distributed() {
-  for (const char* v : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
-    if (std::getenv(v) != nullptr) return true;
-  return false;
-}
-
-models::GPTConfig make_config(const Args& a) {
-  models::GPTConfig c = models::gpt_config(a.model);
-  if (a.n_layer > 0) c.n_layer = a.n_layer;
-  if (a.n_head > 0) c.n_head = a.n_head;
-  if (a.n_embd > 0) c.n_embd = a.n_embd;
-  c.validate();
-  KILN_CHECK(a.seq_len <= c.block_size, "--seq-len ", a.seq_len, " exceeds the model's context ", c.block_size);
-  return c;
-}
-
-DType parse_dtype(const std::string& s) {
-  if (s == "fp32") return DType::f32;
-  if (s == "bf16") return DType::bf16;
-  return DType::f16;
-}
-
-json config_json(const models::GPTConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"padded_vocab_size", c.padded_vocab_size}, {"block_size", c.block_size},
-          {"n_layer", c.n_layer},       {"n_head", c.n_head},                       {"n_embd", c.n_embd},
-          {"bias", c.bias}};
-}
-
-// Mean loss over `batches` validation batches of this rank, averaged across ranks (collective).
-double evaluate(models::GPT& model, data::TokenLoader& loader, int64_t batches, DType amp, Device device,
-                const std::shared_ptr<dist::ProcessGroup>& group) {
-  NoGradGuard no_grad;
-  model.eval();
-  loader.reset();
-  Tensor sum = zeros({1}, TensorOptions(DType::f64).device(device));  // on the device: one read at the end
-  for (int64_t i = 0; i < batches; ++i) {
-    data::TokenBatch b = loader.next();
-    AutocastGuard autocast(amp == DType::f32 ? DType::bf16 : amp, amp != DType::f32);
-    Tensor loss = model.loss(b.x.to(device, /*non_blocking=*/true), b.y.to(device, /*non_blocking=*/true));
-    ops::add_(sum, loss.detach().to(DType::f64).reshape({1}));
-  }
-  model.train();
-  if (group && group->size() > 1) {
-    if (sum.device() != group->device()) sum = sum.to(group->device());
-    group->allreduce(sum)->wait();
-  }
-  const double mean = sum.item() / double(batches) / double(group ? group->size() : 1);
-  return mean;
-}
-
 void add_flags(CLI::App& app, Args& a, double& floor_flag) {
-  app.add_option("--model", a.model, "preset: " + [] {
-    std::string s;
-    for (const auto& n : models::gpt_config_names()) s += (s.empty() ? "" : ", ") + n;
-    return s;
-  }())->capture_default_str();
-  app.add_option("--n-layer", a.n_layer, "override the preset's layer count (0: keep)");
-  app.add_option("--n-head", a.n_head, "override the preset's head count (0: keep)");
-  app.add_option("--n-embd", a.n_embd, "override the preset's width (0: keep)");
+  apps::add_model_flags(app, a.shape, "preset");
   app.add_option("--train", a.train, "glob of the training shards, e.g. 'data/train_*.bin'")->required();
   app.add_option("--val", a.val, "glob of the validation shards (needed by --eval-every)");
   app.add_option("--batch-size,-b", a.batch_size, "B: sequences per micro-batch per rank")
@@ -164,24 +105,18 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
 }
 
 int run(Args a) {
-  KILN_CHECK(a.device == "cpu" || cuda::is_available(), "--device cuda: no usable CUDA device (",
-             cuda::build_info(), "); use --device cpu");
   if (a.threads > 0) set_num_threads(a.threads);
-  const models::GPTConfig config = make_config(a);
+  const models::GPTConfig config = apps::apply_overrides(a.shape, models::gpt_config(a.shape.model));
+  KILN_CHECK(a.seq_len <= config.block_size, "--seq-len ", a.seq_len, " exceeds the model's context ", config.block_size);
   KILN_CHECK(a.eval_every == 0 || !a.val.empty(), "--eval-every needs --val shards");
   KILN_CHECK(!a.resume || !a.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   KILN_CHECK(a.warmup_steps < a.steps, "--warmup-steps ", a.warmup_steps, " must be below --steps ",
              a.steps);
   KILN_CHECK(a.min_lr <= a.lr, "--min-lr ", a.min_lr, " exceeds --lr ", a.lr);
 
-  std::shared_ptr<dist::ProcessGroup> group;
-  // CPU ranks talk over Gloo, GPU ranks over NCCL (init_process_group picks cuda:LOCAL_RANK).
-  if (launched_distributed())
-    group = dist::init_process_group(dist::InitOptions().backend(a.device == "cuda" ? "nccl" : "gloo"));
-  const Device device = a.device == "cuda" ? (group ? group->device() : Device::cuda(0)) : Device::cpu();
-  if (device.is_cuda()) cuda::set_device(device.index);
-  const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
-  const bool main_rank = rank == 0;
+  const apps::Job job = apps::join_job(apps::JobOptions().device(a.device));
+  const Device device = job.device;
+  const int world = job.world;
 
   const int64_t micro_tokens = a.batch_size * a.seq_len * world;
   if (a.total_batch_tokens == 0) a.total_batch_tokens = micro_tokens;
@@ -189,33 +124,31 @@ int run(Args a) {
              " is not a multiple of B*T*world size = ", a.batch_size, "*", a.seq_len, "*", world, " = ", micro_tokens);
   const int accum = static_cast<int>(a.total_batch_tokens / micro_tokens);
 
-  data::TokenLoader train_loader(data::TokenLoaderOptions(a.train, a.batch_size, a.seq_len)
-                                     .rank(rank).world_size(world).seed(a.seed).vocab_size(config.vocab_size)
-                                     .pin_memory(device.is_cuda()));
+  auto loader_options = [&](const std::string& pattern) {
+    return data::TokenLoaderOptions(pattern, a.batch_size, a.seq_len).rank(job.rank).world_size(world)
+        .vocab_size(config.vocab_size).pin_memory(device.is_cuda());
+  };
+  data::TokenLoader train_loader(loader_options(a.train).seed(a.seed));
   std::optional<data::TokenLoader> val_loader;
-  if (!a.val.empty())
-    val_loader.emplace(data::TokenLoaderOptions(a.val, a.batch_size, a.seq_len)
-                           .rank(rank).world_size(world).shuffle(false).vocab_size(config.vocab_size)
-                           .pin_memory(device.is_cuda()));
+  if (!a.val.empty()) val_loader.emplace(loader_options(a.val).shuffle(false));
   const int64_t eval_batches = std::max<int64_t>(1, a.eval_tokens / micro_tokens);
   if (!a.entropy_floor) a.entropy_floor = apps::read_entropy_floor(a.train);
 
   default_generator().manual_seed(a.seed);
   auto model = std::make_shared<models::GPT>(models::GPTOptions(config).seed(a.seed).recompute(a.recompute));
   model->to(device);  // before the optimizer and the trainer see the parameters
-  std::vector<Tensor> decay, no_decay;
-  for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto adamw = optim::AdamWOptions(a.lr).betas({0.9, 0.95}).eps(1e-8);
-  auto optimizer = std::make_shared<optim::AdamW>(std::vector<optim::AdamW::Group>{
-      {decay, optim::AdamWOptions(adamw).weight_decay(a.weight_decay)},
-      {no_decay, optim::AdamWOptions(adamw).weight_decay(0.0)}});
-  const DType amp = parse_dtype(a.dtype);
+  const auto adamw = optim::AdamWOptions(a.lr).betas({0.9, 0.95}).eps(1e-8);
+  std::vector<optim::AdamW::Group> groups;
+  for (auto& g : model->param_groups(a.weight_decay))
+    groups.push_back({g.params, optim::AdamWOptions(adamw).weight_decay(g.weight_decay)});
+  auto optimizer = std::make_shared<optim::AdamW>(std::move(groups));
+  const DType amp = a.dtype == "fp32" ? DType::f32 : a.dtype == "bf16" ? DType::bf16 : DType::f16;
   dist::TrainerOptions topts = dist::TrainerOptions().grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
                                    .log_every(0)  // train_gpt asks for the loss itself (sync_loss)
                                    .checkpoint_cursor([&] { return train_loader.cursor(); });
   if (!a.checkpoint_dir.empty())
     topts.checkpoint_dir(a.checkpoint_dir).checkpoint_every(static_cast<int>(a.checkpoint_every));
-  dist::Trainer trainer(model, optimizer, group, topts,
+  dist::Trainer trainer(model, optimizer, job.group, topts,
                         optim::warmup_cosine_schedule(optim::WarmupCosineOptions(a.warmup_steps, a.steps)
                                                           .min_factor(a.min_lr / a.lr)));
 
@@ -224,9 +157,9 @@ int run(Args a) {
     resumed_from = dist::Trainer::latest_checkpoint(a.checkpoint_dir);
     if (auto cursor = trainer.load_checkpoint(resumed_from); cursor && !cursor->empty()) train_loader.set_cursor(*cursor);
   }
-  if (main_rank && !a.checkpoint_dir.empty()) {
+  if (job.main() && !a.checkpoint_dir.empty()) {
     std::filesystem::create_directories(a.checkpoint_dir);
-    std::ofstream(std::filesystem::path(a.checkpoint_dir) / "config.json") << config_json(config).dump(2) << "\n";
+    std::ofstream(std::filesystem::path(a.checkpoint_dir) / "config.json") << config.to_json(2) << "\n";
   }
 
   const int64_t non_embedding = model->num_parameters(/*non_embedding=*/true);
@@ -234,41 +167,25 @@ int run(Args a) {
   const double peak = a.peak_flops > 0 ? a.peak_flops * world : device_peak * world;
   const double flops_tok = apps::flops_per_token(config, non_embedding, a.seq_len);
   const int64_t end_step = a.stop_after > 0 ? std::min(a.stop_after, a.steps) : a.steps;
-  apps::MetricsWriter metrics;
-  if (main_rank && !a.metrics.empty()) metrics = apps::MetricsWriter(a.metrics, a.resume && !resumed_from.empty());
-  if (main_rank) {
+  // Note [Resume-safe metrics]: a resumed run's file is cut back to the checkpoint's step.
+  apps::TrainReport report(job.main(), a.steps, a.entropy_floor,
+                           apps::MetricsWriter(job.main() ? a.metrics : "", trainer.global_step()));
+  if (job.main()) {
     model->print_num_parameters(std::cout);
     std::printf("\n%s: %lld layers, %lld heads, %lld dims | world %d x B %lld x T %lld x accum %d = %lld tokens/step"
                 " | %lld train tokens | %.3g FLOPs/token\n",
-                a.model.c_str(), (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd, world,
+                a.shape.model.c_str(), (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd, world,
                 (long long)a.batch_size, (long long)a.seq_len, accum, (long long)a.total_batch_tokens,
                 (long long)train_loader.num_tokens(), flops_tok);
     if (!resumed_from.empty()) std::printf("resumed from %s at step %lld\n", resumed_from.c_str(),
                                            (long long)trainer.global_step());
     else if (a.resume) std::printf("no checkpoint in %s: starting from step 0\n", a.checkpoint_dir.c_str());
-    json head = {{"type", "config"}, {"model", a.model}, {"config", config_json(config)}, {"world_size", world},
-                 {"grad_accum", accum}, {"tokens_per_step", a.total_batch_tokens}, {"steps", a.steps},
-                 {"start_step", trainer.global_step()}};
-    if (a.entropy_floor) head["entropy_floor"] = *a.entropy_floor;
-    metrics.write_line(head.dump());
-    std::fflush(stdout);
   }
+  report.start({{"type", "config"}, {"model", a.shape.model}, {"config", nlohmann::json::parse(config.to_json())},
+                {"world_size", world}, {"grad_accum", accum}, {"tokens_per_step", a.total_batch_tokens},
+                {"steps", a.steps}, {"start_step", trainer.global_step()}});
 
-  const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = trainer.global_step();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  char floor_text[48] = "";
-  if (a.entropy_floor) std::snprintf(floor_text, sizeof floor_text, " (floor %.4f)", *a.entropy_floor);
-  std::vector<apps::TrainPoint> train_curve, val_curve;
-  auto run_eval = [&](int64_t step) {
-    double v = evaluate(*model, *val_loader, eval_batches, amp, device, group);
-    if (!main_rank) return;
-    std::printf("step %5lld/%lld | val loss %.4f%s\n", (long long)step, (long long)a.steps, v, floor_text);
-    std::fflush(stdout);
-    val_curve.push_back({step, v});
-    metrics.write_line(json{{"type", "eval"}, {"step", step}, {"val_loss", v}, {"elapsed_s", elapsed()}}.dump());
-  };
-
   double window_seconds = 0;
   int64_t window_tokens = 0;
   // Nothing in the loop reads the device except on log steps (Note [Trainer host reads]): batches
@@ -287,40 +204,23 @@ int run(Args a) {
     window_seconds += s.seconds;
     window_tokens += s.items;
     if (s.found_inf.defined()) window_skipped = window_skipped.defined() ? ops::add(window_skipped, s.found_inf) : s.found_inf;
-    int64_t skipped = 0;
-    if (s.logged && window_skipped.defined()) {
-      skipped = static_cast<int64_t>(window_skipped.item());
+    if (s.logged) {
+      apps::TrainLine line{step + 1, s.loss, s.lr, s.grad_norm, 0, 0, s.skipped, 0};
+      if (window_skipped.defined()) line.skipped_steps = static_cast<int64_t>(window_skipped.item());
       window_skipped = Tensor();
-    }
-    if (s.logged && main_rank) {
-      const double tok_s = window_seconds > 0 ? double(window_tokens) / window_seconds : 0;
-      const double mfu = tok_s * flops_tok / peak;
-      const double eta = elapsed() / double(step + 1 - first_step) * double(end_step - step - 1);
-      char skipped_text[48] = "";
-      if (skipped > 0) std::snprintf(skipped_text, sizeof skipped_text, " | skipped %lld", (long long)skipped);
-      std::printf("step %5lld/%lld | loss %.4f%s | lr %.2e | norm %.3f%s | %.0f tok/s | mfu %.1f%% | eta %s\n",
-                  (long long)(step + 1), (long long)a.steps, s.loss, floor_text, s.lr, s.grad_norm, skipped_text, tok_s,
-                  100 * mfu, apps::format_duration(eta).c_str());
-      std::fflush(stdout);
-      train_curve.push_back({step + 1, s.loss});
-      json line = {{"type", "train"}, {"step", step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"tokens_per_s", tok_s},
-                   {"mfu", mfu}, {"grad_norm", s.grad_norm}, {"elapsed_s", elapsed()}};
-      if (s.skipped) line["skipped"] = true;             // this step's update was skipped (f16 overflow)
-      if (skipped > 0) line["skipped_steps"] = skipped;  // ... and how many were since the last line
-      metrics.write_line(line.dump());
+      line.tokens_per_s = window_seconds > 0 ? double(window_tokens) / window_seconds : 0;
+      line.mfu = line.tokens_per_s * flops_tok / peak;
+      report.train(line, report.elapsed() / double(step + 1 - first_step) * double(end_step - step - 1));
       window_seconds = 0, window_tokens = 0;
     }
-    if (val_loader && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps)) run_eval(step + 1);
+    if (val_loader && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps))
+      report.eval(step + 1, apps::validation_loss(*model, *val_loader, eval_batches, amp, device, job.group));
   }
 
   const int64_t done = trainer.global_step();
   if (!a.checkpoint_dir.empty() && (a.checkpoint_every == 0 || done % a.checkpoint_every != 0) && done > first_step)
     trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, done), train_loader.cursor());
-  if (main_rank) {
-    std::printf("%s step %lld in %s\n", done == a.steps ? "finished at" : "stopped after", (long long)done,
-                apps::format_duration(elapsed()).c_str());
-    if (!a.loss_svg.empty()) apps::write_loss_svg(a.loss_svg, train_curve, val_curve, a.entropy_floor);
-  }
+  report.finish(done, a.loss_svg);
   return 0;
 }
 
@@ -334,20 +234,8 @@ int main(int argc, char** argv) {
   Args args;
   double floor_flag = std::numeric_limits<double>::quiet_NaN();
   add_flags(app, args, floor_flag);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "train_gpt: %s (see train_gpt --help)\n", e.what());
-    return 2;
-  }
-  if (!std::isnan(floor_flag)) args.entropy_floor = floor_flag;
-  try {
+  return apps::run_main(app, argc, argv, apps::AppMainOptions("train_gpt"), [&] {
+    if (!std::isnan(floor_flag)) args.entropy_floor = floor_flag;
     return run(args);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -217,6 +217,12 @@ int64_t GPT::num_parameters(bool non_embedding) const {
   return n;
 }
 
+std::vector<GPTParamGroup> GPT::param_groups(double weight_decay) const {
+  std::vector<GPTParamGroup> groups{{{}, weight_decay}, {{}, 0.0}};
+  for (const Tensor& p : parameters()) groups[p.dim() >= 2 ? 0 : 1].params.push_back(p);
+  return groups;
+}
+
 int64_t GPT::count_parameters(const GPTConfig& config) {
   config.validate();
   const int64_t c = config.n_embd, b = config.bias ? 1 : 0;

@@ -36,6 +36,14 @@ struct GPTConfig {
 
   // Fails (kiln::Error with the values) on a config the model cannot be built from.
   void validate() const;
+
+  // The model's shape as a JSON object (models/gpt_config_json.cpp): vocab_size,
+  // padded_vocab_size, block_size, n_layer, n_head, n_embd, bias, and dropout when it is not 0.
+  // indent < 0: one line. train_gpt writes it as DIR/config.json; sample_gpt reads it back.
+  std::string to_json(int indent = -1) const;
+  // The inverse: the six sizes are required integers, bias and dropout optional (defaults above).
+  // A malformed text or a missing field is a kiln::Error naming `origin` (e.g. the file) and the key.
+  static GPTConfig from_json(const std::string& text, const std::string& origin = "GPT config");
 };
 
 // Presets by name:
@@ -59,6 +67,12 @@ struct GPTOptions {
   GPTOptions& seed(uint64_t s) { seed_ = s; return *this; }
   GPTOptions& generator(Generator& g) { generator_ = &g; return *this; }
   GPTOptions& recompute(bool on) { recompute_ = on; return *this; }
+};
+
+// One optimizer group of GPT::param_groups: these parameters share this weight decay.
+struct GPTParamGroup {
+  std::vector<Tensor> params;
+  double weight_decay = 0;
 };
 
 // The building blocks take the generator their dropouts draw masks from and one for the
@@ -135,6 +149,11 @@ class GPT : public nn::Module {
   // Mean cross entropy of forward(idx) against targets (B, T) over the real vocabulary (the
   // padded columns are sliced off, Note [Padded vocabulary]); targets of -1 are ignored.
   Tensor loss(const Tensor& idx, const Tensor& targets);
+
+  // The parameters split for AdamW as nanoGPT and llm.c do: group 0 holds every parameter of 2
+  // or more dimensions (the Linear weights, and wte and wpe) with `weight_decay`, group 1 the 1-D
+  // ones (biases, LayerNorm weights and biases) with none; each in named_parameters() order.
+  std::vector<GPTParamGroup> param_groups(double weight_decay) const;
 
   // Redraws every parameter from `gen` (see the .cpp for GPT-2's init).
   void reset_parameters(Generator& gen);

@@ -1,10 +1,11 @@
-// read_env: the rank, world size and master address a launcher (kiln-run, torchrun, srun, mpirun)
-// hands a process through environment variables. Kept apart from init.cpp so it can be tested
-// without a store.
+// read_env and launched(): the rank, world size and master address a launcher (kiln-run, torchrun,
+// srun, mpirun) hands a process through environment variables, and whether there is one. Kept
+// apart from init.cpp so they can be tested without a store.
 #include <kiln/parallel/init.h>
 
 #include <charconv>
 #include <cstdlib>
+#include <string_view>
 
 #include <kiln/core/error.h>
 
@@ -48,16 +49,27 @@ constexpr Launcher kLaunchers[] = {
     {"mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
 };
 
+// The first launcher (in kLaunchers' order) whose rank variable is set, or null.
+const Launcher* find_launcher() {
+  for (const auto& l : kLaunchers)
+    if (get(l.rank) != nullptr) return &l;
+  return nullptr;
+}
+
 }  // namespace
+
+bool launched() {
+  const Launcher* launcher = find_launcher();
+  if (launcher == nullptr) return false;
+  // A one-task step with no rendezvous address (a batch script running the program itself) is a
+  // lone process; anything else is a rank, and read_env reports what it lacks.
+  const char* size = get(launcher->size);
+  return get("MASTER_ADDR") != nullptr || size == nullptr || std::string_view(size) != "1";
+}
 
 EnvInfo read_env(const InitOptions& options) {
   EnvInfo info;
-  const Launcher* launcher = nullptr;
-  for (const auto& l : kLaunchers)
-    if (get(l.rank) != nullptr) {
-      launcher = &l;
-      break;
-    }
+  const Launcher* launcher = find_launcher();
   if (options.rank_ >= 0 && options.world_size_ >= 1) {
     info.rank = options.rank_;
     info.world_size = options.world_size_;

@@ -43,6 +43,13 @@ struct EnvInfo {
 // A missing or malformed variable is a kiln::Error naming it and how to launch.
 EnvInfo read_env(const InitOptions& options = {});
 
+// Whether a launcher started this process as one rank of a job, i.e. whether it should call
+// init_process_group: true when one of the rank variables above is set (RANK, SLURM_PROCID or
+// OMPI_COMM_WORLD_RANK, the first found as in read_env), except for a one-task job (its world
+// size variable is "1") without MASTER_ADDR, e.g. an sbatch script running the program directly,
+// which trains alone. Every app decides with this; read_env then names any variable missing.
+bool launched();
+
 // Reads the environment, makes the TCP store (rank 0 serves at master_addr:master_port) and the
 // backend's process group. Gloo ranks advertise 127.0.0.1 when the master address is loopback,
 // else this machine's hostname.

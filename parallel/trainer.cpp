@@ -203,6 +203,10 @@ std::vector<optim::RngState> Trainer::gather_rng_states() {
   return out;
 }
 
+void Trainer::sync_buffers() {
+  if (ddp_) ddp_->prepare_forward();
+}
+
 void Trainer::save_checkpoint(const std::string& path, const std::string& data_cursor) {
   KILN_CHECK(!path.empty(), "Trainer::save_checkpoint: the path is empty");
   if (ddp_) ddp_->check_collective_order();  // never write weights a mismatched reduction produced

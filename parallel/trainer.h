@@ -125,6 +125,12 @@ class Trainer {
   // dir/step_<N>.safetensors
   static std::string checkpoint_path(const std::string& dir, int64_t step);
 
+  // Makes every rank's buffers (BatchNorm running statistics) rank 0's, as DDP does before each
+  // forward in step() (DDPOptions::broadcast_buffers; nothing when that is off, or alone). Call it
+  // before running the model outside step(), e.g. an evaluation that counts over all ranks.
+  // Collective.
+  void sync_buffers();
+
   bool is_main() const { return rank_ == 0; }
   int rank() const { return rank_; }
   int world_size() const { return world_; }

@@ -1,32 +1,38 @@
-// JSONL metrics and the SVG accuracy plot of train_cifar (see cifar_metrics.h).
+// The per-epoch JSON record and the SVG accuracy plot of train_cifar (see cifar_metrics.h).
 #include "cifar_metrics.h"
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include <kiln/core/error.h>
 
+#include "common/duration.h"
+
 namespace kiln::apps {
 
-std::string to_json_line(const EpochMetrics& m) {
-  nlohmann::json j = {{"epoch", m.epoch},
-                      {"step", m.step},
-                      {"train_loss", m.train_loss},
-                      {"test_accuracy", m.test_accuracy},
-                      {"test_correct", m.test_correct},
-                      {"test_total", m.test_total},
-                      {"images_per_s", m.images_per_s},
-                      {"elapsed_s", m.elapsed_s},
-                      {"lr", m.lr}};
-  return j.dump();
+nlohmann::json to_json(const EpochMetrics& m) {
+  return {{"epoch", m.epoch},
+          {"step", m.step},
+          {"train_loss", m.train_loss},
+          {"test_accuracy", m.test_accuracy},
+          {"test_correct", m.test_correct},
+          {"test_total", m.test_total},
+          {"images_per_s", m.images_per_s},
+          {"elapsed_s", m.elapsed_s},
+          {"lr", m.lr}};
 }
 
-EpochMetrics from_json_line(const std::string& line) {
-  nlohmann::json j = nlohmann::json::parse(line);
+void print_epoch(const EpochMetrics& m, int64_t epochs) {
+  std::printf("epoch %lld/%lld  step %lld  train loss %.4f  test acc %.2f%%  %.0f img/s  elapsed %s\n",
+              (long long)m.epoch, (long long)epochs, (long long)m.step, m.train_loss, 100.0 * m.test_accuracy,
+              m.images_per_s, format_duration(m.elapsed_s, DurationStyle::clock).c_str());
+  std::fflush(stdout);
+}
+
+EpochMetrics epoch_metrics_from_json(const nlohmann::json& j) {
   EpochMetrics m;
   m.epoch = j.at("epoch").get<int64_t>();
   m.step = j.at("step").get<int64_t>();
@@ -38,42 +44,6 @@ EpochMetrics from_json_line(const std::string& line) {
   m.elapsed_s = j.at("elapsed_s").get<double>();
   m.lr = j.at("lr").get<double>();
   return m;
-}
-
-std::vector<EpochMetrics> read_metrics(const std::string& path) {
-  std::vector<EpochMetrics> out;
-  std::ifstream in(path);
-  if (!in) return out;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.empty()) continue;
-    try {
-      out.push_back(from_json_line(line));
-    } catch (const std::exception& e) {
-      KILN_FAIL("metrics file ", path, " line ", n, " is not a metrics record: ", e.what());
-    }
-  }
-  return out;
-}
-
-MetricsLog::MetricsLog(std::string path, int64_t keep_epochs) : path_(std::move(path)) {
-  if (path_.empty()) return;
-  if (keep_epochs >= 0) {
-    for (const EpochMetrics& m : read_metrics(path_))
-      if (m.epoch <= keep_epochs) history_.push_back(m);
-  }
-  out_.open(path_, std::ios::trunc);
-  KILN_CHECK(out_.good(), "cannot write the metrics file ", path_);
-  for (const EpochMetrics& m : history_) out_ << to_json_line(m) << '\n';
-  out_.flush();
-}
-
-void MetricsLog::append(const EpochMetrics& m) {
-  history_.push_back(m);
-  if (path_.empty()) return;
-  out_ << to_json_line(m) << '\n';
-  out_.flush();
-  KILN_CHECK(out_.good(), "writing the metrics file ", path_, " failed");
 }
 
 void write_accuracy_svg(const std::string& path, const std::vector<EpochMetrics>& history, const std::string& title) {

@@ -1,9 +1,11 @@
-// Per-epoch metrics of train_cifar: one JSON object per line (JSONL) that scripts and tests read,
-// and a small hand-written SVG plot of test accuracy per epoch (no plotting dependency).
+// Per-epoch metrics of train_cifar: the JSON object of one epoch (a line of the JSONL file that
+// apps::MetricsWriter writes and scripts and tests read), and a small hand-written SVG plot of test
+// accuracy per epoch (no plotting dependency).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,26 +23,11 @@ struct EpochMetrics {
   double lr = 0;              // lr after the epoch's last step
 };
 
-std::string to_json_line(const EpochMetrics& m);
-EpochMetrics from_json_line(const std::string& line);
-
-// Reads a metrics file; a missing file gives an empty list, a malformed line throws naming it.
-std::vector<EpochMetrics> read_metrics(const std::string& path);
-
-// Appends lines to a metrics file. With `keep_epochs` >= 0 (a resumed run) the file is first
-// rewritten with only its entries of epoch <= keep_epochs, which are returned by history();
-// otherwise it is truncated. An empty path writes nothing.
-class MetricsLog {
- public:
-  MetricsLog(std::string path, int64_t keep_epochs);
-  void append(const EpochMetrics& m);
-  const std::vector<EpochMetrics>& history() const { return history_; }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-  std::vector<EpochMetrics> history_;
-};
+nlohmann::json to_json(const EpochMetrics& m);
+// The epoch's progress line on stdout (flushed): "epoch 3/10  step 96  train loss ...  elapsed 0:01:02".
+void print_epoch(const EpochMetrics& m, int64_t epochs);
+// The inverse; a missing or mistyped field throws naming it.
+EpochMetrics epoch_metrics_from_json(const nlohmann::json& j);
 
 // A 480x300 SVG: test accuracy (%) against epoch, with axes, ticks and the final value.
 void write_accuracy_svg(const std::string& path, const std::vector<EpochMetrics>& history, const std::string& title);

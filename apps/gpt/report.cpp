@@ -1,15 +1,18 @@
-// train_gpt's reporting helpers (see report.h): the floor file, durations, the JSONL writer and
-// the SVG loss curve.
+// train_gpt's reporting (see report.h): the floor file, the progress lines and metrics, and the
+// SVG loss curve.
 #include "report.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include <kiln/core/error.h>
+
+#include "common/duration.h"
 
 namespace kiln::apps {
 
@@ -22,26 +25,55 @@ std::optional<double> read_entropy_floor(const std::string& pattern) {
   return floor;
 }
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  auto s = static_cast<int64_t>(std::llround(seconds));
-  char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else std::snprintf(buf, sizeof buf, "%llds", (long long)s);
-  return buf;
+TrainReport::TrainReport(bool main, int64_t steps, std::optional<double> floor, MetricsWriter metrics)
+    : main_(main), steps_(steps), floor_(floor), metrics_(std::move(metrics)) {
+  char text[48] = "";
+  if (floor_) std::snprintf(text, sizeof text, " (floor %.4f)", *floor_);
+  floor_text_ = text;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append)
-    : out_(path, append ? std::ios::app : std::ios::trunc), path_(path) {
-  KILN_CHECK(out_.is_open(), "cannot open the metrics file ", path);
+double TrainReport::elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-void MetricsWriter::write_line(const std::string& json_object) {
-  if (!out_.is_open()) return;
-  out_ << json_object << '\n';
-  out_.flush();
-  KILN_CHECK(out_.good(), "writing the metrics file ", path_, " failed");
+void TrainReport::start(nlohmann::json config_line) {
+  if (!main_) return;
+  if (floor_) config_line["entropy_floor"] = *floor_;
+  metrics_.write(config_line);
+  std::fflush(stdout);
+  start_ = std::chrono::steady_clock::now();  // elapsed_s counts the training, not the setup
+}
+
+void TrainReport::train(const TrainLine& l, double eta_seconds) {
+  if (!main_) return;
+  char skipped_text[48] = "";
+  if (l.skipped_steps > 0) std::snprintf(skipped_text, sizeof skipped_text, " | skipped %lld", (long long)l.skipped_steps);
+  std::printf("step %5lld/%lld | loss %.4f%s | lr %.2e | norm %.3f%s | %.0f tok/s | mfu %.1f%% | eta %s\n",
+              (long long)l.step, (long long)steps_, l.loss, floor_text_.c_str(), l.lr, l.grad_norm, skipped_text,
+              l.tokens_per_s, 100 * l.mfu, format_duration(eta_seconds).c_str());
+  std::fflush(stdout);
+  train_curve_.push_back({l.step, l.loss});
+  nlohmann::json line = {{"type", "train"}, {"step", l.step},         {"loss", l.loss},
+                         {"lr", l.lr},      {"tokens_per_s", l.tokens_per_s}, {"mfu", l.mfu},
+                         {"grad_norm", l.grad_norm}, {"elapsed_s", elapsed()}};
+  if (l.skipped) line["skipped"] = true;
+  if (l.skipped_steps > 0) line["skipped_steps"] = l.skipped_steps;
+  metrics_.write(line);
+}
+
+void TrainReport::eval(int64_t step, double val_loss) {
+  if (!main_) return;
+  std::printf("step %5lld/%lld | val loss %.4f%s\n", (long long)step, (long long)steps_, val_loss, floor_text_.c_str());
+  std::fflush(stdout);
+  val_curve_.push_back({step, val_loss});
+  metrics_.write({{"type", "eval"}, {"step", step}, {"val_loss", val_loss}, {"elapsed_s", elapsed()}});
+}
+
+void TrainReport::finish(int64_t done, const std::string& loss_svg) {
+  if (!main_) return;
+  std::printf("%s step %lld in %s\n", done == steps_ ? "finished at" : "stopped after", (long long)done,
+              format_duration(elapsed()).c_str());
+  if (!loss_svg.empty()) write_loss_svg(loss_svg, train_curve_, val_curve_, floor_);
 }
 
 namespace {

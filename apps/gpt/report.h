@@ -1,14 +1,18 @@
-// What train_gpt reports while it runs: the progress line, the JSONL metrics file, the entropy
-// floor kiln-make-shards leaves next to synthetic shards, and the SVG loss curve drawn at the end
-// (the MFU estimate is mfu.h, shared with bench_gpt). Kept apart from the training loop so
-// train_gpt.cpp reads as the loop.
+// What train_gpt reports while it runs: the progress lines and the JSONL metrics of the main rank
+// (TrainReport), the entropy floor kiln-make-shards leaves next to synthetic shards, and the SVG
+// loss curve drawn at the end (the MFU estimate is mfu.h, shared with bench_gpt). Kept apart from
+// the training loop so train_gpt.cpp reads as the loop.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/metrics_writer.h"
 
 namespace kiln::apps {
 
@@ -16,26 +20,38 @@ namespace kiln::apps {
 // such file. `pattern` is a shard glob; its directory part is the directory looked in.
 std::optional<double> read_entropy_floor(const std::string& pattern);
 
-// "1h02m", "3m05s", "42s".
-std::string format_duration(double seconds);
-
 struct TrainPoint {
   int64_t step;
   double loss;
 };
 
-// One JSON object per line, flushed as written (a crashed run keeps every line it reached).
-// Opened for appending on resume, so a resumed run continues the same file.
-class MetricsWriter {
+// One logged optimizer step as train_gpt prints and records it.
+struct TrainLine {
+  int64_t step = 0;             // 1-based: steps done
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0;
+  bool skipped = false;         // this step's update was skipped (f16 overflow)
+  int64_t skipped_steps = 0;    // ... and how many were since the last line
+};
+
+// The main rank's reporting; on other ranks (main = false) every call does nothing. The JSONL
+// lines: "config" (written by start), "train" and "eval", each with elapsed_s since construction.
+class TrainReport {
  public:
-  MetricsWriter() = default;
-  MetricsWriter(const std::string& path, bool append);
-  bool enabled() const { return out_.is_open(); }
-  void write_line(const std::string& json_object);
+  TrainReport(bool main, int64_t steps, std::optional<double> floor, MetricsWriter metrics);
+  void start(nlohmann::json config_line);  // the "config" line (entropy_floor added when known)
+  void train(const TrainLine& line, double eta_seconds);
+  void eval(int64_t step, double val_loss);
+  void finish(int64_t done, const std::string& loss_svg);  // the last line, and the SVG when asked
+  double elapsed() const;
 
  private:
-  std::ofstream out_;
-  std::string path_;
+  bool main_;
+  int64_t steps_;
+  std::optional<double> floor_;
+  std::string floor_text_;  // " (floor 3.4700)" or ""
+  MetricsWriter metrics_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::vector<TrainPoint> train_curve_, val_curve_;
 };
 
 // A hand-written SVG: the training loss (blue), the validation loss (orange dots) and the entropy

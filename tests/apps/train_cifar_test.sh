@@ -1,6 +1,6 @@
 #!/bin/sh
 # End-to-end checks of train_cifar, reading its JSONL metrics with awk (no other dependency).
-# Usage: train_cifar_test.sh accuracy|ddp|resume|errors path/to/train_cifar path/to/kiln-run
+# Usage: train_cifar_test.sh accuracy|ddp|slurm|resume|errors path/to/train_cifar path/to/kiln-run
 # Each mode is one CTest (tests/apps/train_cifar_tests.cmake says what each compares and why).
 MODE="$1"
 TC="$2"
@@ -55,6 +55,26 @@ ddp)
   a=$(field "$T/one.jsonl" 3 test_accuracy); b=$(field "$T/two.jsonl" 3 test_accuracy)
   close "$a" "$b" 0.03 || fail "final test accuracy: 1 rank $a, 2 ranks $b (more than 3% apart)"
   [ "$(field "$T/two.jsonl" 3 test_total)" = 500 ] || fail "the 2-rank evaluation did not count 500 test images"
+  ;;
+slurm)
+  # Two tasks started as srun starts them (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; MASTER_ADDR
+  # and MASTER_PORT exported), without kiln-run: dist::launched() makes them one 2-rank job. Before
+  # it, train_cifar looked at WORLD_SIZE only: each task trained alone on the whole batch, both
+  # wrote metrics, and they shared the checkpoint directory.
+  PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  A="--train-size 1024 --test-size 200 --epochs 1 --batch-size 64 --threads 1 --backend gloo"
+  for r in 0 1; do
+    env -u RANK -u WORLD_SIZE -u LOCAL_RANK SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT="$PORT" "$TC" $COMMON $A --metrics "$T/slurm$r.jsonl" --checkpoint-dir "$T/ckpt" > "$T/slurm$r.log" 2>&1 &
+    eval "pid$r=\$!"
+  done
+  wait "$pid0" || fail "task 0 exited $?: $(tail -n 5 "$T/slurm0.log")"
+  wait "$pid1" || fail "task 1 exited $?: $(tail -n 5 "$T/slurm1.log")"
+  cat "$T/slurm0.log" "$T/slurm1.log"
+  grep -q "2 rank(s) x batch 32" "$T/slurm0.log" || fail "the SLURM tasks did not train as one job of 2 ranks"
+  [ "$(field "$T/slurm0.jsonl" 1 step)" = 16 ] || fail "epoch 1 is not 1024 / 64 = 16 steps of the global batch"
+  [ ! -s "$T/slurm1.jsonl" ] || fail "task 1 wrote metrics: it trained alone"
+  [ "$(ls "$T/ckpt")" = step_16.safetensors ] || fail "checkpoints: $(ls "$T/ckpt") (expected one job's step_16)"
   ;;
 resume)
   # 3 epochs straight, versus 2 epochs (--stop-after-epoch 2, checkpoint) and a --resume for the

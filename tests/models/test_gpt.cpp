@@ -263,6 +263,38 @@ TEST_CASE("tied head: wte's gradient sums the lookup's and the head's; padded ro
   CHECK(model.loss(x, y).item() == before);
 }
 
+TEST_CASE("param_groups: 2-D weights and both embeddings decay; biases and LayerNorm do not") {
+  for (bool bias : {true, false}) {
+    CAPTURE(bias);
+    GPTConfig c = small_config();
+    c.bias = bias;
+    GPT model(c);
+    const std::vector<models::GPTParamGroup> groups = model.param_groups(0.1);
+    REQUIRE(groups.size() == 2);
+    CHECK(groups[0].weight_decay == 0.1);
+    CHECK(groups[1].weight_decay == 0.0);
+    // Exactly the split train_gpt made by hand (dim >= 2), in named_parameters() order.
+    std::vector<const TensorImpl*> decay, no_decay;
+    std::vector<std::string> decay_names;
+    for (const auto& [name, p] : model.named_parameters()) {
+      (p.dim() >= 2 ? decay : no_decay).push_back(p.impl());
+      if (p.dim() >= 2) decay_names.push_back(name);
+    }
+    auto impls = [](const models::GPTParamGroup& g) {
+      std::vector<const TensorImpl*> out;
+      for (const Tensor& p : g.params) out.push_back(p.impl());
+      return out;
+    };
+    CHECK(impls(groups[0]) == decay);
+    CHECK(impls(groups[1]) == no_decay);
+    // 2 embeddings + 4 Linear weights per block; 2 LayerNorms per block + ln_f (+ every bias).
+    CHECK(decay.size() == size_t(2 + 4 * c.n_layer));
+    CHECK(no_decay.size() == size_t((2 * c.n_layer + 1) * (bias ? 2 : 1) + (bias ? 4 * c.n_layer : 0)));
+    CHECK(decay_names.front() == "transformer.wte.weight");
+    CHECK(groups[0].params.size() + groups[1].params.size() == model.parameters().size());
+  }
+}
+
 TEST_CASE("loss at init is about ln(vocab) and AdamW on a repeated batch drives it down") {
   GPTConfig c = models::gpt_config("gpt-tiny");  // byte-level vocabulary, narrower to stay quick
   c.n_layer = 2;

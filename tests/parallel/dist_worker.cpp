@@ -232,8 +232,8 @@ bool batchnorm(const std::shared_ptr<ProcessGroup>& pg) {
     trainer.step([&](int) { return rows_loss(*net, step, pg->rank() * b, b, total); });
   // After the last forward each rank's statistics include only its own batch ...
   bool differed = !all_equal(gather(*pg, net->bn->buffer("running_mean")));
-  // ... until the next forward's buffer broadcast makes rank 0's statistics everyone's.
-  trainer.ddp()->prepare_forward();
+  // ... until sync_buffers (the broadcast before each forward) makes rank 0's statistics everyone's.
+  trainer.sync_buffers();
   bool ok = differed;
   for (const auto& [name, t] : net->named_buffers()) {
     bool same = all_equal(gather(*pg, t));

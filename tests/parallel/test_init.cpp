@@ -1,6 +1,7 @@
-// read_env: rank, world size, local rank and master address from torchrun/kiln-run, SLURM and
-// Open MPI variables; options overriding them; errors that name the missing variable; and
-// init_process_group end to end (two forked ranks over the TCP store), including backend errors.
+// read_env and launched(): rank, world size, local rank and master address from torchrun/kiln-run,
+// SLURM and Open MPI variables, and whether a launcher started the process; options overriding
+// them; errors that name the missing variable; and init_process_group end to end (two forked
+// ranks over the TCP store), including backend errors.
 #include <doctest/doctest.h>
 
 #include <netinet/in.h>
@@ -94,6 +95,50 @@ TEST_CASE("RANK wins over SLURM when both are set (torchrun inside an allocation
   dist::EnvInfo info = dist::read_env();
   CHECK(info.rank == 1);
   CHECK(info.world_size == 2);
+}
+
+TEST_CASE("launched: each launcher's variables start a rank, none is a lone process") {
+  SUBCASE("no launcher") {
+    ScopedEnv env({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+    CHECK_FALSE(dist::launched());
+  }
+  SUBCASE("kiln-run / torchrun") {
+    ScopedEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+    CHECK(dist::launched());
+  }
+  SUBCASE("torchrun with one worker") {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+    CHECK(dist::launched());
+  }
+  SUBCASE("SLURM srun") {  // train_cifar used to look at WORLD_SIZE only and trained each task alone
+    ScopedEnv env({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"}});
+    CHECK(dist::launched());
+  }
+  SUBCASE("Open MPI mpirun") {
+    ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"MASTER_ADDR", "head"}});
+    CHECK(dist::launched());
+  }
+  SUBCASE("a one-task SLURM step with MASTER_ADDR is a job of one") {
+    ScopedEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"MASTER_ADDR", "head"}});
+    CHECK(dist::launched());
+  }
+  SUBCASE("a one-task SLURM or MPI step without MASTER_ADDR trains alone") {
+    {
+      ScopedEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+      CHECK_FALSE(dist::launched());
+    }
+    ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}});
+    CHECK_FALSE(dist::launched());
+  }
+  SUBCASE("a rank variable without its world size is launched, and read_env names what is missing") {
+    ScopedEnv env(std::map<std::string, std::string>{{"SLURM_PROCID", "3"}});
+    CHECK(dist::launched());
+    CHECK_ERROR_CONTAINS(dist::read_env(), "SLURM_NTASKS is not set");
+  }
+  SUBCASE("an empty variable counts as unset") {
+    ScopedEnv env(std::map<std::string, std::string>{{"RANK", ""}, {"WORLD_SIZE", "2"}});
+    CHECK_FALSE(dist::launched());
+  }
 }
 
 TEST_CASE("options override the environment") {

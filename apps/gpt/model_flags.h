@@ -1,0 +1,25 @@
+// The model-shape flags train_gpt and sample_gpt share: --model (a preset) and the --n-layer,
+// --n-head and --n-embd overrides.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include <kiln/models/gpt.h>
+
+namespace kiln::apps {
+
+struct ModelFlags {
+  std::string model = "gpt-tiny";
+  int64_t n_layer = 0, n_head = 0, n_embd = 0;  // 0: keep the config's
+};
+
+// Adds --model (with `model_help`, followed by the preset names) and the three overrides.
+void add_model_flags(CLI::App& app, ModelFlags& flags, const std::string& model_help);
+
+// `config` with the overrides applied, validated.
+models::GPTConfig apply_overrides(const ModelFlags& flags, models::GPTConfig config);
+
+}  // namespace kiln::apps
