@@ -159,7 +159,7 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
   stats.loss = stats.logged ? average_across_ranks(stats.local_loss) : nan;
   stats.grad_norm = stats.logged && stats.grad_norm_tensor.defined() ? stats.grad_norm_tensor.item() : nan;
   stats.skipped = stats.logged && stats.found_inf.defined() && stats.found_inf.item() != 0.0;
-  if (stats.logged && ddp_) ddp_->check_collective_order();  // Note [Deferred order check] (reducer.cpp)
+  if (stats.logged && ddp_) ddp_->check_collective_order();  // Note [Deferred order check] (order_check.cpp)
   stats.items = options.items_ * world_;
   checkpoint_if_due();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,8 +1,8 @@
 // join_job (see job.h).
 #include "job.h"
 
-#include <kiln/core/cuda/runtime.h>
-#include <kiln/core/cuda/stream.h>
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/error.h>
 #include <kiln/parallel/init.h>
 

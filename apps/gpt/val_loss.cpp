@@ -1,6 +1,8 @@
 // validation_loss (see val_loss.h).
 #include "val_loss.h"
 
+#include <kiln/core/ops/elementwise.h>
+
 namespace kiln::apps {
 
 double validation_loss(models::GPT& model, data::TokenLoader& loader, int64_t batches, DType amp, Device device,
