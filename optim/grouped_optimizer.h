@@ -13,24 +13,11 @@
 
 namespace kiln::optim {
 
-// Note [Optimizer step]
-// step(found_inf) of SGD and AdamW walks the groups in order, under NoGradGuard. Every parameter
-// with a gradient (grad_for_update) is updated where it lives:
-// - on the CPU, unless the host reads found_inf as set (HostSkip: one read per step), by
-//   update_on_cpu() with its state made ready (state_for_update), and then counted (++step);
-// - on CUDA, it joins its group's batch for its device and dtype: its contiguous working copy (a
-//   strided parameter is copied, and written back after the launch), its contiguous gradient and
-//   its device step count; add_to_batch() adds the optimizer's buffers. Each batch is one fused
-//   launch() at the end of the group, which reads found_inf on the device (Note [Device step
-//   counts]). Where add_to_batch() changed a state in a way a skipped step must not leave behind,
-//   the host reads found_inf after the launches and undo_skipped() undoes the change.
-// `CudaTensors` is the launch list of core/cuda/optim_step.h (cuda::SGDTensors, cuda::AdamWTensors):
-// only the optimizer's .cpp, which instantiates step(), needs its definition.
 namespace detail {
 
-// The CUDA parameters of one group with one device and dtype: one fused launch. (At namespace
-// scope, so that the explicit instantiation declarations in sgd.h and adamw.h, where CudaTensors
-// is incomplete, do not instantiate it.)
+// The CUDA parameters of one group with one device and dtype, for one fused launch. At namespace
+// scope, so that the explicit instantiation declarations in sgd.h and adamw.h (where CudaTensors
+// is incomplete) do not instantiate it.
 template <class CudaTensors>
 struct CudaBatch {
   Device device;
@@ -50,6 +37,19 @@ CudaBatch<CudaTensors>& batch_for(std::vector<CudaBatch<CudaTensors>>& batches, 
 
 }  // namespace detail
 
+// Note [Optimizer step]
+// step(found_inf) of SGD and AdamW walks the groups in order, under NoGradGuard. Every parameter
+// with a gradient (grad_for_update) is updated where it lives:
+// - on the CPU, unless the host reads found_inf as set (HostSkip: one read per step), by
+//   update_on_cpu() with its state made ready (state_for_update), and then counted (++step);
+// - on CUDA, it joins its group's batch for its device and dtype: its contiguous working copy (a
+//   strided parameter is copied, and written back after the launch), its contiguous gradient and
+//   its device step count; add_to_batch() adds the optimizer's buffers. Each batch is one fused
+//   launch() at the end of the group, which reads found_inf on the device (Note [Device step
+//   counts]). Where add_to_batch() changed a state in a way a skipped step must not leave behind,
+//   the host reads found_inf after the launches and undo_skipped() undoes the change.
+// `CudaTensors` is the launch list of core/cuda/optim_step.h (cuda::SGDTensors, cuda::AdamWTensors):
+// only the optimizer's .cpp, which instantiates step(), needs its definition.
 template <class Options, class CudaTensors>
 class GroupedOptimizer : public Optimizer {
  public:
