@@ -5,10 +5,8 @@
 // to the multi-tensor kernel (core/cuda/kernels/optim_step.h), which does the same per element.
 #include <kiln/optim/adamw.h>
 
-#include <algorithm>
 #include <cmath>
 
-#include <kiln/autograd/grad_mode.h>
 #include <kiln/core/cuda/kernels/optim_step.h>
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
@@ -17,23 +15,6 @@
 namespace kiln::optim {
 
 namespace {
-
-HyperParams to_hyper_params(const AdamWOptions& o) {
-  return {{"lr", o.lr()},
-          {"beta1", o.betas().first},
-          {"beta2", o.betas().second},
-          {"eps", o.eps()},
-          {"weight_decay", o.weight_decay()},
-          {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
-}
-
-AdamWOptions from_hyper_params(const HyperParams& hp) {
-  return AdamWOptions(hp.at("lr"))
-      .betas({hp.at("beta1"), hp.at("beta2")})
-      .eps(hp.at("eps"))
-      .weight_decay(hp.at("weight_decay"))
-      .amsgrad(hp.at("amsgrad") != 0.0);
-}
 
 // Per-step scalars, computed in double as torch does in Python, then rounded to T once.
 template <class T>
@@ -61,53 +42,39 @@ void adamw_update(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const Coeffs
   });
 }
 
-// The CUDA parameters of one group with one device and dtype: one fused launch.
-struct CudaBatch {
-  Device device;
-  DType dtype;
-  cuda::AdamWTensors tensors;
-  std::vector<std::pair<Tensor, Tensor>> write_back;  // (strided parameter, its contiguous working copy)
-};
-
-CudaBatch& batch_for(std::vector<CudaBatch>& batches, const Tensor& p) {
-  auto it = std::find_if(batches.begin(), batches.end(),
-                         [&](const CudaBatch& b) { return b.device == p.device() && b.dtype == p.dtype(); });
-  if (it != batches.end()) return *it;
-  return batches.emplace_back(CudaBatch{p.device(), p.dtype(), {}, {}});
+// A parameter's first state: zeros shaped, typed and placed like it.
+void start_state(ParamState& st, const Tensor& p, bool amsgrad) {
+  auto fresh = [&] { return zeros(p.shape(), TensorOptions(p.dtype()).device(p.device())); };
+  st.buffers["exp_avg"] = fresh();
+  st.buffers["exp_avg_sq"] = fresh();
+  if (amsgrad) st.buffers["max_exp_avg_sq"] = fresh();
 }
 
 }  // namespace
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : Optimizer("AdamW") {
+template class GroupedOptimizer<AdamWOptions, cuda::AdamWTensors>;
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : GroupedOptimizer("AdamW") {
   add_param_group(Group{std::move(params), options});
 }
 
-AdamW::AdamW(std::vector<Group> groups) : Optimizer("AdamW") {
-  KILN_CHECK(!groups.empty(), "AdamW: needs at least one parameter group");
-  for (Group& g : groups) add_param_group(std::move(g));
+AdamW::AdamW(std::vector<Group> groups) : GroupedOptimizer("AdamW") { add_param_groups(std::move(groups)); }
+
+HyperParams AdamW::to_hyper_params(const AdamWOptions& o) const {
+  return {{"lr", o.lr()},
+          {"beta1", o.betas().first},
+          {"beta2", o.betas().second},
+          {"eps", o.eps()},
+          {"weight_decay", o.weight_decay()},
+          {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
 }
 
-void AdamW::add_param_group(Group group) {
-  check_hyper_params(to_hyper_params(group.options));
-  add_params(std::move(group.params));
-  options_.push_back(group.options);
-}
-
-const AdamWOptions& AdamW::options(size_t group) const {
-  (void)params(group);
-  return options_[group];
-}
-
-void AdamW::set_options(size_t group, const AdamWOptions& options) {
-  (void)params(group);
-  check_hyper_params(to_hyper_params(options));
-  options_[group] = options;
-}
-
-HyperParams AdamW::hyper_params(size_t group) const { return to_hyper_params(options(group)); }
-
-void AdamW::set_hyper_params(size_t group, const HyperParams& values) {
-  options_[group] = from_hyper_params(values);
+AdamWOptions AdamW::from_hyper_params(const HyperParams& hp) const {
+  return AdamWOptions(hp.at("lr"))
+      .betas({hp.at("beta1"), hp.at("beta2")})
+      .eps(hp.at("eps"))
+      .weight_decay(hp.at("weight_decay"))
+      .amsgrad(hp.at("amsgrad") != 0.0);
 }
 
 std::vector<std::string> AdamW::state_keys(const HyperParams& values) const {
@@ -134,76 +101,48 @@ void AdamW::check_hyper_params(const HyperParams& hp) const {
 //   vmax = max(vmax, v) and v := vmax           (amsgrad)
 //   denom = sqrt(v) / sqrt(1 - beta2^t) + eps   (eps outside the square root)
 //   p -= lr / (1 - beta1^t) * m / denom
-void AdamW::step() { step(Tensor()); }
+void AdamW::update_on_cpu(size_t g, size_t i, Tensor& p, const Tensor& grad, ParamState& st) {
+  const AdamWOptions& o = options(g);
+  const auto [beta1, beta2] = o.betas();
+  if (st.step == 0) start_state(st, p, o.amsgrad());
+  KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
+             " has state from ", st.step, " steps without amsgrad; amsgrad cannot be switched on mid-run");
+  const double t = static_cast<double>(st.step + 1);
+  const double bias_correction1 = 1.0 - std::pow(beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(beta2, t);
+  Tensor work = p.is_contiguous() ? p : p.contiguous();  // a copy only for a strided parameter
+  Tensor g_c = grad.contiguous();
+  auto run = [&]<class T>() {
+    Coeffs<T> c{T(1.0 - o.lr() * o.weight_decay()), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2),
+                T(std::sqrt(bias_correction2)), T(o.eps()), T(-(o.lr() / bias_correction1))};
+    T* vmax = o.amsgrad() ? st.buffers.at("max_exp_avg_sq").data<T>() : nullptr;
+    adamw_update<T>(work.data<T>(), g_c.data<T>(), st.buffers.at("exp_avg").data<T>(),
+                    st.buffers.at("exp_avg_sq").data<T>(), vmax, p.numel(), c);
+  };
+  if (p.dtype() == DType::f64)
+    run.template operator()<double>();
+  else
+    run.template operator()<float>();
+  if (!work.is_same(p)) p.copy_(work);
+}
 
-void AdamW::step(const Tensor& found_inf) {
-  NoGradGuard no_grad;
-  HostSkip skip_on_host(found_inf);
-  for (size_t g = 0; g < num_param_groups(); ++g) {
-    const AdamWOptions& o = options_[g];
-    const auto [beta1, beta2] = o.betas();
-    std::vector<CudaBatch> batches;
-    for (size_t i = 0; i < params(g).size(); ++i) {
-      Tensor grad = grad_for_update(g, i);
-      if (!grad.defined()) continue;
-      Tensor p = params(g)[i];
-      if (p.device().is_cuda()) {
-        ParamState& st = state_for_update(g, i);
-        if (!st.buffers.count("exp_avg")) {  // no update yet (or only skipped ones): zeros, as below
-          auto fresh = [&] { return zeros(p.shape(), TensorOptions(p.dtype()).device(p.device())); };
-          st.buffers["exp_avg"] = fresh();
-          st.buffers["exp_avg_sq"] = fresh();
-          if (o.amsgrad()) st.buffers["max_exp_avg_sq"] = fresh();
-        }
-        KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
-                   " has state from steps without amsgrad; amsgrad cannot be switched on mid-run");
-        CudaBatch& b = batch_for(batches, p);
-        Tensor work = p.is_contiguous() ? p : p.contiguous();  // a copy only for a strided parameter
-        if (!work.is_same(p)) b.write_back.emplace_back(p, work);
-        b.tensors.params.push_back(work);
-        b.tensors.grads.push_back(grad.contiguous());
-        b.tensors.exp_avgs.push_back(st.buffers.at("exp_avg"));
-        b.tensors.exp_avg_sqs.push_back(st.buffers.at("exp_avg_sq"));
-        if (o.amsgrad()) b.tensors.max_exp_avg_sqs.push_back(st.buffers.at("max_exp_avg_sq"));
-        b.tensors.steps.push_back(st.device_step);
-        continue;
-      }
-      if (skip_on_host()) continue;
-      ParamState& st = state_for_update(g, i);
-      if (st.step == 0) {
-        st.buffers["exp_avg"] = zeros(p.shape(), p.dtype());
-        st.buffers["exp_avg_sq"] = zeros(p.shape(), p.dtype());
-        if (o.amsgrad()) st.buffers["max_exp_avg_sq"] = zeros(p.shape(), p.dtype());
-      }
-      KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
-                 " has state from ", st.step, " steps without amsgrad; amsgrad cannot be switched on mid-run");
-      const double t = static_cast<double>(st.step + 1);
-      const double bias_correction1 = 1.0 - std::pow(beta1, t);
-      const double bias_correction2 = 1.0 - std::pow(beta2, t);
-      Tensor work = p.is_contiguous() ? p : p.contiguous();  // a copy only for a strided parameter
-      Tensor g_c = grad.contiguous();
-      auto run = [&]<class T>() {
-        Coeffs<T> c{T(1.0 - o.lr() * o.weight_decay()), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2),
-                    T(std::sqrt(bias_correction2)), T(o.eps()), T(-(o.lr() / bias_correction1))};
-        T* vmax = o.amsgrad() ? st.buffers.at("max_exp_avg_sq").data<T>() : nullptr;
-        adamw_update<T>(work.data<T>(), g_c.data<T>(), st.buffers.at("exp_avg").data<T>(),
-                        st.buffers.at("exp_avg_sq").data<T>(), vmax, p.numel(), c);
-      };
-      if (p.dtype() == DType::f64)
-        run.template operator()<double>();
-      else
-        run.template operator()<float>();
-      if (!work.is_same(p)) p.copy_(work);
-      ++st.step;
-    }
-    if constexpr (cuda::kBuilt) {
-      const cuda::AdamWHyper h{o.lr(), beta1, beta2, o.eps(), o.weight_decay(), o.amsgrad()};
-      for (CudaBatch& b : batches) {
-        cuda::adamw_step(b.tensors, h, found_inf_on(found_inf, b.device));
-        for (auto& [p, work] : b.write_back) p.copy_(work);
-      }
-    }
-  }
+bool AdamW::add_to_batch(size_t g, size_t i, const Tensor& p, ParamState& st, bool maybe_updated,
+                         cuda::AdamWTensors& batch) {
+  const bool amsgrad = options(g).amsgrad();
+  if (!st.buffers.count("exp_avg")) start_state(st, p, amsgrad);  // no update yet (or only skipped ones)
+  KILN_CHECK(!amsgrad || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
+             " has state from steps without amsgrad; amsgrad cannot be switched on mid-run");
+  batch.exp_avgs.push_back(st.buffers.at("exp_avg"));
+  batch.exp_avg_sqs.push_back(st.buffers.at("exp_avg_sq"));
+  if (amsgrad) batch.max_exp_avg_sqs.push_back(st.buffers.at("max_exp_avg_sq"));
+  return false;  // zero buffers are what a skipped first step leaves
+}
+
+void AdamW::launch(size_t g, const cuda::AdamWTensors& batch, const Tensor& found_inf) {
+  const AdamWOptions& o = options(g);
+  if constexpr (cuda::kBuilt)
+    cuda::adamw_step(batch, {o.lr(), o.betas().first, o.betas().second, o.eps(), o.weight_decay(), o.amsgrad()},
+                     found_inf);
 }
 
 }  // namespace kiln::optim

@@ -4,7 +4,11 @@
 
 #include <utility>
 
-#include <kiln/optim/optimizer.h>
+#include <kiln/optim/grouped_optimizer.h>
+
+namespace kiln::cuda {
+struct AdamWTensors;  // core/cuda/kernels/optim_step.h
+}
 
 namespace kiln::optim {
 
@@ -31,29 +35,24 @@ struct AdamWOptions {
   bool amsgrad_ = false;
 };
 
-class AdamW : public Optimizer {
- public:
-  using Group = ParamGroup<AdamWOptions>;
+// Instantiated once, in adamw.cpp, where cuda::AdamWTensors is defined.
+extern template class GroupedOptimizer<AdamWOptions, cuda::AdamWTensors>;
 
+class AdamW : public GroupedOptimizer<AdamWOptions, cuda::AdamWTensors> {
+ public:
   AdamW(std::vector<Tensor> params, AdamWOptions options);
   explicit AdamW(std::vector<Group> groups);
 
-  void add_param_group(Group group);
-  const AdamWOptions& options(size_t group) const;
-  void set_options(size_t group, const AdamWOptions& options);
-
-  void step() override;
-  // CUDA parameters: one fused launch per group, device and dtype (core/cuda/kernels/optim_step.h).
-  void step(const Tensor& found_inf) override;
-
  protected:
-  HyperParams hyper_params(size_t group) const override;
-  void set_hyper_params(size_t group, const HyperParams& values) override;
   std::vector<std::string> state_keys(const HyperParams& values) const override;
   void check_hyper_params(const HyperParams& values) const override;
+  HyperParams to_hyper_params(const AdamWOptions& options) const override;
+  AdamWOptions from_hyper_params(const HyperParams& values) const override;
 
- private:
-  std::vector<AdamWOptions> options_;
+  void update_on_cpu(size_t group, size_t index, Tensor& param, const Tensor& grad, ParamState& state) override;
+  bool add_to_batch(size_t group, size_t index, const Tensor& param, ParamState& state, bool maybe_updated,
+                    cuda::AdamWTensors& batch) override;
+  void launch(size_t group, const cuda::AdamWTensors& batch, const Tensor& found_inf) override;
 };
 
 }  // namespace kiln::optim

@@ -2,7 +2,11 @@
 // update (see sgd.cpp). Parameters are taken as tensors, like torch.optim: no nn dependency.
 #pragma once
 
-#include <kiln/optim/optimizer.h>
+#include <kiln/optim/grouped_optimizer.h>
+
+namespace kiln::cuda {
+struct SGDTensors;  // core/cuda/kernels/optim_step.h
+}
 
 namespace kiln::optim {
 
@@ -29,31 +33,27 @@ struct SGDOptions {
   double weight_decay_ = 0.0;
 };
 
-class SGD : public Optimizer {
- public:
-  using Group = ParamGroup<SGDOptions>;
+// Instantiated once, in sgd.cpp, where cuda::SGDTensors is defined.
+extern template class GroupedOptimizer<SGDOptions, cuda::SGDTensors>;
 
+class SGD : public GroupedOptimizer<SGDOptions, cuda::SGDTensors> {
+ public:
   // One group holding every parameter.
   SGD(std::vector<Tensor> params, SGDOptions options);
   // Several groups, each with its own options.
   explicit SGD(std::vector<Group> groups);
 
-  void add_param_group(Group group);
-  const SGDOptions& options(size_t group) const;
-  void set_options(size_t group, const SGDOptions& options);  // checked like the constructor's
-
-  void step() override;
-  // CUDA parameters: one fused launch per group, device and dtype (core/cuda/kernels/optim_step.h).
-  void step(const Tensor& found_inf) override;
-
  protected:
-  HyperParams hyper_params(size_t group) const override;
-  void set_hyper_params(size_t group, const HyperParams& values) override;
   std::vector<std::string> state_keys(const HyperParams& values) const override;
   void check_hyper_params(const HyperParams& values) const override;
+  HyperParams to_hyper_params(const SGDOptions& options) const override;
+  SGDOptions from_hyper_params(const HyperParams& values) const override;
 
- private:
-  std::vector<SGDOptions> options_;  // parallel to the parameter groups
+  void update_on_cpu(size_t group, size_t index, Tensor& param, const Tensor& grad, ParamState& state) override;
+  bool add_to_batch(size_t group, size_t index, const Tensor& param, ParamState& state, bool maybe_updated,
+                    cuda::SGDTensors& batch) override;
+  void launch(size_t group, const cuda::SGDTensors& batch, const Tensor& found_inf) override;
+  void undo_skipped(size_t group, size_t index) override;
 };
 
 }  // namespace kiln::optim

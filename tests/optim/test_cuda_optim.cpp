@@ -3,6 +3,7 @@
 // sizes (0, 1, odd, a chunk, over a chunk) and hold more tensors than one launch table, and
 // skipped steps (GradScaler's found_inf, read on the device) must leave no trace.
 #include "test_util.h"
+#include "reference_optim.h"
 
 #include <cmath>
 #include <limits>
@@ -101,6 +102,29 @@ void check_states(const optim::Optimizer& gpu, const optim::Optimizer& cpu, doub
 
 double rtol_for(DType dt) { return dt == DType::f64 ? 1e-12 : 1e-6; }
 
+// `steps` steps of the same optimizer on both sides, from `t`'s made-up gradients; the parameters
+// are compared after every step and the states at the end.
+void step_both(optim::Optimizer& cpu, optim::Optimizer& gpu, Twins& t, int64_t steps, double tol,
+               const std::string& what) {
+  for (int64_t s = 0; s < steps; ++s) {
+    t.set_grads(s);
+    cpu.step();
+    gpu.step();
+    t.check(tol, tol, what + " step " + std::to_string(s));
+  }
+  check_states(gpu, cpu, tol, tol, what);
+}
+
+// Two groups, split at `split` (a launch set each), with options `o0` and `o1`.
+template <class Optimizer, class Options>
+void check_two_groups(DType dt, uint64_t seed, size_t split, const Options& o0, const Options& o1,
+                      const std::string& what) {
+  Twins t(mixed_shapes(), dt, seed);
+  Optimizer cpu({{t.cpu_range(0, split), o0}, {t.cpu_range(split, t.cpu.size()), o1}});
+  Optimizer gpu({{t.gpu_range(0, split), o0}, {t.gpu_range(split, t.gpu.size()), o1}});
+  step_both(cpu, gpu, t, 10, rtol_for(dt), what);
+}
+
 // Plants `v` at flat index `at` of a contiguous CPU tensor.
 Tensor planted(Tensor t, int64_t at, double v) {
   t = t.contiguous().clone();
@@ -115,54 +139,21 @@ TEST_CASE("AdamW on CUDA follows the CPU path step for step") {
   for (DType dt : {DType::f32, DType::f64})
     for (bool amsgrad : {false, true})
       for (double wd : {0.0, 0.1}) {
-        CAPTURE(dt);
-        CAPTURE(amsgrad);
-        CAPTURE(wd);
-        Twins t(mixed_shapes(), dt, 11);
         const auto o0 = optim::AdamWOptions(2e-2).betas({0.9, 0.99}).weight_decay(wd).amsgrad(amsgrad);
-        const auto o1 = optim::AdamWOptions(o0).lr(5e-3).eps(1e-6);
-        const size_t split = 70;  // two groups: a launch set each
-        optim::AdamW cpu({{t.cpu_range(0, split), o0}, {t.cpu_range(split, t.cpu.size()), o1}});
-        optim::AdamW gpu({{t.gpu_range(0, split), o0}, {t.gpu_range(split, t.gpu.size()), o1}});
-        for (int64_t s = 0; s < 10; ++s) {
-          t.set_grads(s);
-          cpu.step();
-          gpu.step();
-          t.check(rtol_for(dt), rtol_for(dt), "AdamW step " + std::to_string(s));
-        }
-        check_states(gpu, cpu, rtol_for(dt), rtol_for(dt), "AdamW");
+        CAPTURE(dt);
+        CAPTURE(o0);
+        check_two_groups<optim::AdamW>(dt, 11, 70, o0, optim::AdamWOptions(o0).lr(5e-3).eps(1e-6), "AdamW");
       }
 }
 
 TEST_CASE("SGD on CUDA follows the CPU path for every option combination") {
   test::require_cuda();
   for (DType dt : {DType::f32, DType::f64})
-    for (double momentum : {0.0, 0.9})
-      for (double dampening : {0.0, 0.3})
-        for (bool nesterov : {false, true})
-          for (double wd : {0.0, 0.05}) {
-            if (nesterov && (momentum == 0 || dampening != 0)) continue;
-            if (momentum == 0 && dampening != 0) continue;
-            CAPTURE(dt);
-            CAPTURE(momentum);
-            CAPTURE(dampening);
-            CAPTURE(nesterov);
-            CAPTURE(wd);
-            Twins t(mixed_shapes(), dt, 23);
-            const auto o0 =
-                optim::SGDOptions(0.1).momentum(momentum).dampening(dampening).nesterov(nesterov).weight_decay(wd);
-            const auto o1 = optim::SGDOptions(o0).lr(0.02);
-            const size_t split = 50;
-            optim::SGD cpu({{t.cpu_range(0, split), o0}, {t.cpu_range(split, t.cpu.size()), o1}});
-            optim::SGD gpu({{t.gpu_range(0, split), o0}, {t.gpu_range(split, t.gpu.size()), o1}});
-            for (int64_t s = 0; s < 10; ++s) {
-              t.set_grads(s);
-              cpu.step();
-              gpu.step();
-              t.check(rtol_for(dt), rtol_for(dt), "SGD step " + std::to_string(s));
-            }
-            check_states(gpu, cpu, rtol_for(dt), rtol_for(dt), "SGD");
-          }
+    for (const optim::SGDOptions& o0 : test::sgd_option_cases()) {
+      CAPTURE(dt);
+      CAPTURE(o0);
+      check_two_groups<optim::SGD>(dt, 23, 50, o0, optim::SGDOptions(o0).lr(0.02), "SGD");
+    }
 }
 
 TEST_CASE("a list over several launch tables: 45 tensors, then one cut by a full table of blocks") {
@@ -175,25 +166,13 @@ TEST_CASE("a list over several launch tables: 45 tensors, then one cut by a full
     Twins t(shapes, DType::f32, 5);
     const auto o = optim::AdamWOptions(1e-2).amsgrad(true);
     optim::AdamW cpu(t.cpu, o), gpu(t.gpu, o);
-    for (int64_t s = 0; s < 3; ++s) {
-      t.set_grads(s);
-      cpu.step();
-      gpu.step();
-    }
-    t.check(1e-6, 1e-6, "AdamW (big)");
-    check_states(gpu, cpu, 1e-6, 1e-6, "AdamW (big)");
+    step_both(cpu, gpu, t, 3, 1e-6, "AdamW (big)");
   }
   {
     Twins t(shapes, DType::f32, 6);
     const auto o = optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(0.01);
     optim::SGD cpu(t.cpu, o), gpu(t.gpu, o);
-    for (int64_t s = 0; s < 3; ++s) {
-      t.set_grads(s);
-      cpu.step();
-      gpu.step();
-    }
-    t.check(1e-6, 1e-6, "SGD (big)");
-    check_states(gpu, cpu, 1e-6, 1e-6, "SGD (big)");
+    step_both(cpu, gpu, t, 3, 1e-6, "SGD (big)");
   }
 }
 

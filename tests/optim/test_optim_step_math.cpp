@@ -3,6 +3,7 @@
 // step counting of Note [Device step counts]: a skipped step advances nothing, AdamW's bias
 // corrections and SGD's first momentum buffer follow the real updates.
 #include "test_util.h"
+#include "reference_optim.h"
 
 #include <limits>
 #include <map>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include <kiln/core/cuda/plan/optim_step_math.h>
-#include <kiln/core/dispatch.h>
 
 using namespace kiln;
 namespace math = kiln::cuda::math;
@@ -33,50 +33,45 @@ double rtol_for(DType dt) { return dt == DType::f64 ? 1e-13 : 1e-6; }
 
 }  // namespace
 
-TEST_CASE("adamw_element over device step counts follows optim::AdamW") {
-  for (DType dt : {DType::f32, DType::f64})
-    for (bool amsgrad : {false, true})
-      for (double wd : {0.0, 0.1}) {
-        CAPTURE(dt);
-        CAPTURE(amsgrad);
-        CAPTURE(wd);
-        dispatch_floating(dt, "test", [&]<class T>() {
-          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-            const int64_t n = 257;
-            Tensor p = test::random({n}, dt, 3);
-            p.requires_grad_();
-            const auto o = optim::AdamWOptions(2e-2).betas({0.9, 0.99}).eps(1e-8).weight_decay(wd).amsgrad(amsgrad);
-            optim::AdamW opt({p}, o);
-            std::vector<T> ep = vec_of<T>(p.detach()), em(n, 0), ev(n, 0), emax(n, 0);
-            int64_t step = 0;  // the device count
-            const auto c = math::adamw_coeffs<T>(o.lr(), 0.9, 0.99, o.eps(), wd);
-            for (size_t s = 0; s < kSkip.size(); ++s) {
-              Tensor g = test::random({n}, dt, 100 + s, -1.5, 1.5);
-              p.set_grad(g);
-              if (kSkip[s]) continue;
-              opt.step();
-              ++step;
-              const auto sc = math::adamw_step_coeffs<T>(o.lr(), 0.9, 0.99, static_cast<double>(step));
-              const std::vector<T> gv = vec_of<T>(g);
-              for (int64_t i = 0; i < n; ++i) {
-                if (amsgrad)
-                  math::adamw_element<T, true>(ep[i], gv[i], em[i], ev[i], emax[i], c, sc);
-                else
-                  math::adamw_element<T, false>(ep[i], gv[i], em[i], ev[i], emax[i], c, sc);
-              }
-              const std::string what = "step " + std::to_string(s);
-              test::check_close(p.detach(), as_doubles(ep), rtol_for(dt), rtol_for(dt), what + " param");
-              const optim::ParamState& st = opt.state(0, 0);
-              CHECK(st.step == step);
-              test::check_close(st.buffers.at("exp_avg"), as_doubles(em), rtol_for(dt), rtol_for(dt), what + " m");
-              test::check_close(st.buffers.at("exp_avg_sq"), as_doubles(ev), rtol_for(dt), rtol_for(dt), what + " v");
-              if (amsgrad)
-                test::check_close(st.buffers.at("max_exp_avg_sq"), as_doubles(emax), rtol_for(dt), rtol_for(dt),
-                                  what + " vmax");
-            }
-          }
-        });
+TEST_CASE_TEMPLATE("adamw_element over device step counts follows optim::AdamW", T, float, double) {
+  const DType dt = dtype_of<T>;
+  for (bool amsgrad : {false, true})
+    for (double wd : {0.0, 0.1}) {
+      CAPTURE(amsgrad);
+      CAPTURE(wd);
+      const int64_t n = 257;
+      Tensor p = test::random({n}, dt, 3);
+      p.requires_grad_();
+      const auto o = optim::AdamWOptions(2e-2).betas({0.9, 0.99}).eps(1e-8).weight_decay(wd).amsgrad(amsgrad);
+      optim::AdamW opt({p}, o);
+      std::vector<T> ep = vec_of<T>(p.detach()), em(n, 0), ev(n, 0), emax(n, 0);
+      int64_t step = 0;  // the device count
+      const auto c = math::adamw_coeffs<T>(o.lr(), 0.9, 0.99, o.eps(), wd);
+      for (size_t s = 0; s < kSkip.size(); ++s) {
+        Tensor g = test::random({n}, dt, 100 + s, -1.5, 1.5);
+        p.set_grad(g);
+        if (kSkip[s]) continue;
+        opt.step();
+        ++step;
+        const auto sc = math::adamw_step_coeffs<T>(o.lr(), 0.9, 0.99, static_cast<double>(step));
+        const std::vector<T> gv = vec_of<T>(g);
+        for (int64_t i = 0; i < n; ++i) {
+          if (amsgrad)
+            math::adamw_element<T, true>(ep[i], gv[i], em[i], ev[i], emax[i], c, sc);
+          else
+            math::adamw_element<T, false>(ep[i], gv[i], em[i], ev[i], emax[i], c, sc);
+        }
+        const std::string what = "step " + std::to_string(s);
+        test::check_close(p.detach(), as_doubles(ep), rtol_for(dt), rtol_for(dt), what + " param");
+        const optim::ParamState& st = opt.state(0, 0);
+        CHECK(st.step == step);
+        test::check_close(st.buffers.at("exp_avg"), as_doubles(em), rtol_for(dt), rtol_for(dt), what + " m");
+        test::check_close(st.buffers.at("exp_avg_sq"), as_doubles(ev), rtol_for(dt), rtol_for(dt), what + " v");
+        if (amsgrad)
+          test::check_close(st.buffers.at("max_exp_avg_sq"), as_doubles(emax), rtol_for(dt), rtol_for(dt),
+                            what + " vmax");
       }
+    }
 }
 
 TEST_CASE("adamw_step_coeffs: the bias corrections of update t") {
@@ -88,58 +83,44 @@ TEST_CASE("adamw_step_coeffs: the bias corrections of update t") {
   CHECK(s5.bias_correction2_sqrt == static_cast<float>(std::sqrt(1.0 - std::pow(0.999, 5.0))));
 }
 
-TEST_CASE("sgd_element over device step counts follows optim::SGD for every option combination") {
-  for (DType dt : {DType::f32, DType::f64})
-    for (double momentum : {0.0, 0.9})
-      for (double dampening : {0.0, 0.3})
-        for (bool nesterov : {false, true})
-          for (double wd : {0.0, 0.05}) {
-            if (nesterov && (momentum == 0 || dampening != 0)) continue;
-            if (momentum == 0 && dampening != 0) continue;
-            CAPTURE(dt);
-            CAPTURE(momentum);
-            CAPTURE(dampening);
-            CAPTURE(nesterov);
-            CAPTURE(wd);
-            dispatch_floating(dt, "test", [&]<class T>() {
-              if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-                const int64_t n = 131;
-                Tensor p = test::random({n}, dt, 5);
-                p.requires_grad_();
-                const auto o =
-                    optim::SGDOptions(0.1).momentum(momentum).dampening(dampening).nesterov(nesterov).weight_decay(wd);
-                optim::SGD opt({p}, o);
-                std::vector<T> ep = vec_of<T>(p.detach()), ebuf(n, T(-7));  // a never-read buffer is garbage
-                int64_t step = 0;
-                bool buffer_exists = false;
-                const auto c = math::sgd_coeffs<T>(0.1, momentum, dampening, wd, nesterov);
-                for (size_t s = 0; s < kSkip.size(); ++s) {
-                  Tensor g = test::random({n}, dt, 200 + s, -1.5, 1.5);
-                  p.set_grad(g);
-                  // The front: the buffer is created (fresh) on the first attempted step, skipped or not.
-                  const bool fresh = momentum != 0 && !buffer_exists;
-                  buffer_exists = buffer_exists || momentum != 0;
-                  if (kSkip[s]) continue;
-                  opt.step();
-                  ++step;
-                  const bool first = math::sgd_first_update(fresh, step);
-                  const std::vector<T> gv = vec_of<T>(g);
-                  for (int64_t i = 0; i < n; ++i) {
-                    if (momentum != 0)
-                      math::sgd_element<T, true>(ep[i], gv[i], ebuf[i], first, c);
-                    else
-                      math::sgd_element<T, false>(ep[i], gv[i], ebuf[i], first, c);
-                  }
-                  const std::string what = "step " + std::to_string(s);
-                  test::check_close(p.detach(), as_doubles(ep), rtol_for(dt), rtol_for(dt), what + " param");
-                  CHECK(opt.state(0, 0).step == step);
-                  if (momentum != 0)
-                    test::check_close(opt.state(0, 0).buffers.at("momentum_buffer"), as_doubles(ebuf), rtol_for(dt),
-                                      rtol_for(dt), what + " buf");
-                }
-              }
-            });
-          }
+TEST_CASE_TEMPLATE("sgd_element over device step counts follows optim::SGD for every option combination", T, float,
+                   double) {
+  const DType dt = dtype_of<T>;
+  for (const optim::SGDOptions& o : test::sgd_option_cases()) {
+    CAPTURE(o);
+    const int64_t n = 131;
+    Tensor p = test::random({n}, dt, 5);
+    p.requires_grad_();
+    optim::SGD opt({p}, o);
+    std::vector<T> ep = vec_of<T>(p.detach()), ebuf(n, T(-7));  // a never-read buffer is garbage
+    int64_t step = 0;
+    bool buffer_exists = false;
+    const auto c = math::sgd_coeffs<T>(o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov());
+    for (size_t s = 0; s < kSkip.size(); ++s) {
+      Tensor g = test::random({n}, dt, 200 + s, -1.5, 1.5);
+      p.set_grad(g);
+      // The front: the buffer is created (fresh) on the first attempted step, skipped or not.
+      const bool fresh = o.momentum() != 0 && !buffer_exists;
+      buffer_exists = buffer_exists || o.momentum() != 0;
+      if (kSkip[s]) continue;
+      opt.step();
+      ++step;
+      const bool first = math::sgd_first_update(fresh, step);
+      const std::vector<T> gv = vec_of<T>(g);
+      for (int64_t i = 0; i < n; ++i) {
+        if (o.momentum() != 0)
+          math::sgd_element<T, true>(ep[i], gv[i], ebuf[i], first, c);
+        else
+          math::sgd_element<T, false>(ep[i], gv[i], ebuf[i], first, c);
+      }
+      const std::string what = "step " + std::to_string(s);
+      test::check_close(p.detach(), as_doubles(ep), rtol_for(dt), rtol_for(dt), what + " param");
+      CHECK(opt.state(0, 0).step == step);
+      if (o.momentum() != 0)
+        test::check_close(opt.state(0, 0).buffers.at("momentum_buffer"), as_doubles(ebuf), rtol_for(dt),
+                          rtol_for(dt), what + " buf");
+    }
+  }
 }
 
 TEST_CASE("sgd_first_update") {

@@ -1,59 +1,17 @@
 // SGD against a plain double reimplementation of torch.optim.SGD's update, over 10 steps with
 // made-up gradients, for every option combination, two groups with different lrs, in f64 and f32.
-#include "trajectory.h"
+#include "reference_optim.h"
 
 using namespace kiln;
-using kiln::test::RefParam;
-
-namespace {
-
-// torch.optim.SGD (_single_tensor_sgd), in double.
-void ref_sgd(const optim::SGDOptions& o, RefParam& r, const std::vector<double>& grad) {
-  std::vector<double> d = grad;
-  for (size_t j = 0; j < d.size(); ++j) d[j] += o.weight_decay() * r.p[j];
-  if (o.momentum() != 0) {
-    auto it = r.state.find("momentum_buffer");
-    if (it == r.state.end()) {
-      it = r.state.emplace("momentum_buffer", d).first;
-    } else {
-      for (size_t j = 0; j < d.size(); ++j)
-        it->second[j] = o.momentum() * it->second[j] + (1 - o.dampening()) * d[j];
-    }
-    for (size_t j = 0; j < d.size(); ++j) d[j] = o.nesterov() ? d[j] + o.momentum() * it->second[j] : it->second[j];
-  }
-  for (size_t j = 0; j < d.size(); ++j) r.p[j] -= o.lr() * d[j];
-}
-
-}  // namespace
 
 TEST_CASE("SGD matches torch's update for every option combination") {
   for (DType dt : {DType::f64, DType::f32})
-    for (double momentum : {0.0, 0.9})
-      for (double dampening : {0.0, 0.3})
-        for (bool nesterov : {false, true})
-          for (double wd : {0.0, 0.05}) {
-            if (nesterov && (momentum == 0 || dampening != 0)) continue;
-            if (momentum == 0 && dampening != 0) continue;
-            CAPTURE(dt);
-            CAPTURE(momentum);
-            CAPTURE(dampening);
-            CAPTURE(nesterov);
-            CAPTURE(wd);
-            const auto base = optim::SGDOptions(0.1).momentum(momentum).dampening(dampening).nesterov(nesterov)
-                                  .weight_decay(wd);
-            const auto second = optim::SGDOptions(base).lr(0.02);
-            const double rtol = dt == DType::f64 ? 1e-12 : 2e-5, atol = dt == DType::f64 ? 1e-13 : 2e-6;
-            test::run_trajectory(
-                {{{3, 4}, {5}}, {{2, 3}}}, dt,
-                [&](std::vector<std::vector<Tensor>> p) {
-                  return std::make_unique<optim::SGD>(
-                      std::vector<optim::SGD::Group>{{p[0], base}, {p[1], second}});
-                },
-                [&](size_t g, RefParam& r, const std::vector<double>& grad) {
-                  ref_sgd(g == 0 ? base : second, r, grad);
-                },
-                rtol, atol);
-          }
+    for (const optim::SGDOptions& o : test::sgd_option_cases()) {
+      CAPTURE(dt);
+      CAPTURE(o);
+      const double rtol = dt == DType::f64 ? 1e-12 : 2e-5, atol = dt == DType::f64 ? 1e-13 : 2e-6;
+      test::check_against_reference<optim::SGD>(dt, o, 0.02, rtol, atol);
+    }
 }
 
 TEST_CASE("SGD: one flat group, add_param_group, and the gradient is not modified") {
