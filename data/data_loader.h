@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include <kiln/core/arg.h>
 #include <kiln/core/tensor.h>
 #include <kiln/data/augment.h>
 #include <kiln/data/cifar10.h>
@@ -35,20 +36,14 @@ struct Batch {
 using BatchFn = std::function<Batch(std::span<const int64_t> indices)>;
 
 struct DataLoaderOptions {
-  int64_t batch_size_ = 512;
-  int64_t num_workers_ = 2;  // 0: batches are built on the consumer's thread inside next()
-  int64_t prefetch_ = 4;     // batches built ahead of the consumer at most (the queue's bound)
-  bool drop_last_ = false;   // drop a final batch smaller than batch_size
-  bool pin_memory_ = false;  // workers copy batches into page-locked memory (CUDA builds with a GPU)
-  Device device_ = Device::cpu();  // next() returns batches on this device (non-blocking if pinned)
+  KILN_ARG(int64_t, batch_size) = 512;
+  KILN_ARG(int64_t, num_workers) = 2;  // 0: batches are built on the consumer's thread inside next()
+  KILN_ARG(int64_t, prefetch) = 4;     // batches built ahead of the consumer at most (the queue's bound)
+  KILN_ARG(bool, drop_last) = false;   // drop a final batch smaller than batch_size
+  KILN_ARG(bool, pin_memory) = false;  // workers copy batches into page-locked memory (CUDA builds with a GPU)
+  KILN_ARG(Device, device) = Device::cpu();  // next() returns batches on this device (non-blocking if pinned)
 
   explicit DataLoaderOptions(int64_t batch_size = 512) : batch_size_(batch_size) {}
-  DataLoaderOptions& batch_size(int64_t b) { batch_size_ = b; return *this; }
-  DataLoaderOptions& num_workers(int64_t n) { num_workers_ = n; return *this; }
-  DataLoaderOptions& prefetch(int64_t n) { prefetch_ = n; return *this; }
-  DataLoaderOptions& drop_last(bool d) { drop_last_ = d; return *this; }
-  DataLoaderOptions& pin_memory(bool p) { pin_memory_ = p; return *this; }
-  DataLoaderOptions& device(Device d) { device_ = d; return *this; }
 };
 
 // Note [DataLoader ordering]

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include <kiln/core/arg.h>
 #include <kiln/core/generator.h>
 #include <kiln/nn/activation.h>
 #include <kiln/nn/container.h>
@@ -28,20 +29,14 @@ enum class CifarPool { max, avg };
 // and the head run in the low dtype and BatchNorm in f32 (Note [Autocast op lists]).
 struct CifarCnnConfig {
   std::vector<int64_t> widths_ = {64, 256, 256};  // output channels of each group
-  int64_t in_channels_ = 3;
-  int64_t num_classes_ = 10;
-  CifarPool pool_ = CifarPool::max;  // the global pool before the head
-  double head_scale_ = 1.0 / 9.0;
-  double bn_momentum_ = 0.1;
-  double bn_eps_ = 1e-5;
+  KILN_ARG(int64_t, in_channels) = 3;
+  KILN_ARG(int64_t, num_classes) = 10;
+  KILN_ARG(CifarPool, pool) = CifarPool::max;  // the global pool before the head
+  KILN_ARG(double, head_scale) = 1.0 / 9.0;
+  KILN_ARG(double, bn_momentum) = 0.1;
+  KILN_ARG(double, bn_eps) = 1e-5;
 
   CifarCnnConfig& widths(std::vector<int64_t> w) { widths_ = std::move(w); return *this; }
-  CifarCnnConfig& in_channels(int64_t c) { in_channels_ = c; return *this; }
-  CifarCnnConfig& num_classes(int64_t n) { num_classes_ = n; return *this; }
-  CifarCnnConfig& pool(CifarPool p) { pool_ = p; return *this; }
-  CifarCnnConfig& head_scale(double s) { head_scale_ = s; return *this; }
-  CifarCnnConfig& bn_momentum(double m) { bn_momentum_ = m; return *this; }
-  CifarCnnConfig& bn_eps(double e) { bn_eps_ = e; return *this; }
 
   static CifarCnnConfig standard() { return {}; }                    // 64/256/256
   static CifarCnnConfig tiny() { return CifarCnnConfig().widths({16, 32, 32}); }  // CPU tests

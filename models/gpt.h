@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/arg.h>
 #include <kiln/core/generator.h>
 #include <kiln/nn/container.h>
 #include <kiln/nn/embedding.h>
@@ -59,14 +60,12 @@ std::vector<std::string> gpt_config_names();
 
 struct GPTOptions {
   GPTConfig config_;
-  uint64_t seed_ = 1337;            // init draws (without a generator) and dropout masks
+  KILN_ARG(uint64_t, seed) = 1337;            // init draws (without a generator) and dropout masks
   Generator* generator_ = nullptr;  // init draws from here when set
-  bool recompute_ = false;          // activation checkpointing per block, see GPT::set_recompute
+  KILN_ARG(bool, recompute) = false;          // activation checkpointing per block, see GPT::set_recompute
 
   explicit GPTOptions(GPTConfig config) : config_(config) {}
-  GPTOptions& seed(uint64_t s) { seed_ = s; return *this; }
   GPTOptions& generator(Generator& g) { generator_ = &g; return *this; }
-  GPTOptions& recompute(bool on) { recompute_ = on; return *this; }
 };
 
 // One optimizer group of GPT::param_groups: these parameters share this weight decay.

@@ -2,14 +2,14 @@
 // approximation) and ReLU.
 #pragma once
 
+#include <kiln/core/arg.h>
 #include <kiln/autograd/ops/elementwise.h>
 #include <kiln/nn/module.h>
 
 namespace kiln::nn {
 
 struct GELUOptions {
-  GeluApproximate approximate_ = GeluApproximate::none;
-  GELUOptions& approximate(GeluApproximate a) { approximate_ = a; return *this; }
+  KILN_ARG(GeluApproximate, approximate) = GeluApproximate::none;
 };
 
 class GELU : public Module {

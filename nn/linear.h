@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include <kiln/core/arg.h>
 #include <kiln/core/generator.h>
 #include <kiln/nn/module.h>
 
@@ -11,11 +12,10 @@ namespace kiln::nn {
 
 struct LinearOptions {
   int64_t in_features_, out_features_;
-  bool bias_ = true;
+  KILN_ARG(bool, bias) = true;
   Generator* generator_ = nullptr;  // init draws; null: the default generator
 
   LinearOptions(int64_t in_features, int64_t out_features) : in_features_(in_features), out_features_(out_features) {}
-  LinearOptions& bias(bool b) { bias_ = b; return *this; }
   LinearOptions& generator(Generator& g) { generator_ = &g; return *this; }
 };
 

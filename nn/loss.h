@@ -2,6 +2,7 @@
 // that name the loss and both shapes.
 #pragma once
 
+#include <kiln/core/arg.h>
 #include <kiln/autograd/ops/functional.h>
 #include <kiln/nn/module.h>
 
@@ -21,8 +22,7 @@ class CrossEntropyLoss : public Module {
 };
 
 struct MSELossOptions {
-  Reduction reduction_ = Reduction::mean;
-  MSELossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  KILN_ARG(Reduction, reduction) = Reduction::mean;
 };
 
 class MSELoss : public Module {

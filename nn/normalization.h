@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include <kiln/core/arg.h>
 #include <kiln/core/shape.h>
 #include <kiln/nn/module.h>
 
@@ -11,14 +12,11 @@ namespace kiln::nn {
 
 struct LayerNormOptions {
   Shape normalized_shape_;
-  double eps_ = 1e-5;
-  bool elementwise_affine_ = true;
-  bool bias_ = true;
+  KILN_ARG(double, eps) = 1e-5;
+  KILN_ARG(bool, elementwise_affine) = true;
+  KILN_ARG(bool, bias) = true;
 
   explicit LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
-  LayerNormOptions& eps(double e) { eps_ = e; return *this; }
-  LayerNormOptions& elementwise_affine(bool a) { elementwise_affine_ = a; return *this; }
-  LayerNormOptions& bias(bool b) { bias_ = b; return *this; }
 };
 
 class LayerNorm : public Module {
@@ -40,16 +38,12 @@ class LayerNorm : public Module {
 
 struct BatchNormOptions {
   int64_t num_features_;
-  double eps_ = 1e-5;
-  double momentum_ = 0.1;
-  bool affine_ = true;
-  bool track_running_stats_ = true;
+  KILN_ARG(double, eps) = 1e-5;
+  KILN_ARG(double, momentum) = 0.1;
+  KILN_ARG(bool, affine) = true;
+  KILN_ARG(bool, track_running_stats) = true;
 
   explicit BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
-  BatchNormOptions& eps(double e) { eps_ = e; return *this; }
-  BatchNormOptions& momentum(double m) { momentum_ = m; return *this; }
-  BatchNormOptions& affine(bool a) { affine_ = a; return *this; }
-  BatchNormOptions& track_running_stats(bool t) { track_running_stats_ = t; return *this; }
 };
 
 // Training: normalizes with the batch statistics and updates the running ones (momentum,

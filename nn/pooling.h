@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include <kiln/core/arg.h>
 #include <kiln/autograd/ops/conv.h>
 #include <kiln/nn/module.h>
 
@@ -12,11 +13,10 @@ namespace kiln::nn {
 struct MaxPool2dOptions {
   Size2 kernel_size_;
   std::optional<Size2> stride_;  // none: kernel_size
-  Size2 padding_{0};
+  KILN_ARG(Size2, padding) = 0;
 
   MaxPool2dOptions(Size2 kernel_size) : kernel_size_(kernel_size) {}  // NOLINT: MaxPool2d(2)
   MaxPool2dOptions& stride(Size2 s) { stride_ = s; return *this; }
-  MaxPool2dOptions& padding(Size2 p) { padding_ = p; return *this; }
 };
 
 class MaxPool2d : public Module {
@@ -32,9 +32,8 @@ class MaxPool2d : public Module {
 };
 
 struct AdaptiveAvgPool2dOptions {
-  Size2 output_size_;
+  KILN_ARG(Size2, output_size);
   AdaptiveAvgPool2dOptions(Size2 output_size) : output_size_(output_size) {}  // NOLINT: AdaptiveAvgPool2d(1)
-  AdaptiveAvgPool2dOptions& output_size(Size2 s) { output_size_ = s; return *this; }
 };
 
 class AdaptiveAvgPool2d : public Module {

@@ -7,22 +7,18 @@
 #include <map>
 #include <vector>
 
+#include <kiln/core/arg.h>
 #include <kiln/optim/optimizer.h>
 
 namespace kiln::optim {
 
 struct GradScalerOptions {
-  double init_scale_ = 65536.0;  // 2^16
-  double growth_factor_ = 2.0;
-  double backoff_factor_ = 0.5;
-  int64_t growth_interval_ = 2000;
-  bool enabled_ = true;
+  KILN_ARG(double, init_scale) = 65536.0;  // 2^16
+  KILN_ARG(double, growth_factor) = 2.0;
+  KILN_ARG(double, backoff_factor) = 0.5;
+  KILN_ARG(int64_t, growth_interval) = 2000;
+  KILN_ARG(bool, enabled) = true;
 
-  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
-  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
-  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
-  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
-  GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
 };
 
 // Note [GradScaler step]

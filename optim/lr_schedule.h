@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include <kiln/core/arg.h>
 #include <kiln/optim/optimizer.h>
 
 namespace kiln::optim {
@@ -22,12 +23,9 @@ double constant_factor(int64_t step);
 //   s >= total:              min                      where min = min_factor (min_lr / base lr)
 struct WarmupCosineOptions {
   WarmupCosineOptions(int64_t warmup_steps, int64_t total_steps) : warmup_steps_(warmup_steps), total_steps_(total_steps) {}
-  WarmupCosineOptions& warmup_steps(int64_t v) { warmup_steps_ = v; return *this; }
-  WarmupCosineOptions& total_steps(int64_t v) { total_steps_ = v; return *this; }
-  WarmupCosineOptions& min_factor(double v) { min_factor_ = v; return *this; }
-  int64_t warmup_steps_;
-  int64_t total_steps_;
-  double min_factor_ = 0.0;
+  KILN_ARG(int64_t, warmup_steps);
+  KILN_ARG(int64_t, total_steps);
+  KILN_ARG(double, min_factor) = 0.0;
 };
 double warmup_cosine_factor(int64_t step, const WarmupCosineOptions& options);
 
@@ -39,12 +37,9 @@ double step_decay_factor(int64_t step, int64_t step_size, double gamma);
 // With the defaults (start 1) it is a linear decay to end_factor that then stays there.
 struct LinearOptions {
   LinearOptions(double end_factor, int64_t total_steps) : end_factor_(end_factor), total_steps_(total_steps) {}
-  LinearOptions& start_factor(double v) { start_factor_ = v; return *this; }
-  LinearOptions& end_factor(double v) { end_factor_ = v; return *this; }
-  LinearOptions& total_steps(int64_t v) { total_steps_ = v; return *this; }
-  double end_factor_;
-  int64_t total_steps_;
-  double start_factor_ = 1.0;
+  KILN_ARG(double, end_factor);
+  KILN_ARG(int64_t, total_steps);
+  KILN_ARG(double, start_factor) = 1.0;
 };
 double linear_factor(int64_t step, const LinearOptions& options);
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <utility>
 
+#include <kiln/core/arg.h>
 #include <kiln/nn/module.h>
 #include <kiln/parallel/comm_hooks.h>
 #include <kiln/parallel/process_group.h>
@@ -14,20 +15,13 @@
 namespace kiln::dist {
 
 struct DDPOptions {
-  double bucket_cap_mb_ = 25;        // MiB of gradients per bucket (torch's bucket_cap_mb)
-  double first_bucket_cap_mb_ = 1;   // the first bucket is small so communication starts early
-  bool gradient_as_bucket_view_ = false;  // .grad is a view of its bucket: Note [Bucket views]
-  bool find_unused_parameters_ = false;   // parameters without a gradient count as zero
-  bool broadcast_buffers_ = true;         // rank 0's buffers (BatchNorm stats) before each forward
-  bool static_graph_ = false;  // the gradient order never changes: keep the initial buckets
-  OrderCheck order_check_ = OrderCheck::automatic;  // Note [Deferred order check] (order_check.cpp)
-  DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
-  DDPOptions& first_bucket_cap_mb(double v) { first_bucket_cap_mb_ = v; return *this; }
-  DDPOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
-  DDPOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
-  DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
-  DDPOptions& static_graph(bool v) { static_graph_ = v; return *this; }
-  DDPOptions& order_check(OrderCheck v) { order_check_ = v; return *this; }
+  KILN_ARG(double, bucket_cap_mb) = 25;        // MiB of gradients per bucket (torch's bucket_cap_mb)
+  KILN_ARG(double, first_bucket_cap_mb) = 1;   // the first bucket is small so communication starts early
+  KILN_ARG(bool, gradient_as_bucket_view) = false;  // .grad is a view of its bucket: Note [Bucket views]
+  KILN_ARG(bool, find_unused_parameters) = false;   // parameters without a gradient count as zero
+  KILN_ARG(bool, broadcast_buffers) = true;         // rank 0's buffers (BatchNorm stats) before each forward
+  KILN_ARG(bool, static_graph) = false;  // the gradient order never changes: keep the initial buckets
+  KILN_ARG(OrderCheck, order_check) = OrderCheck::automatic;  // Note [Deferred order check] (order_check.cpp)
 };
 
 // Usage, per rank (a torch user's `ddp(x)` is `ddp.forward<Net>(x)`):

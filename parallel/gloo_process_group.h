@@ -7,15 +7,15 @@
 #include <memory>
 #include <string>
 
+#include <kiln/core/arg.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/store.h>
 
 namespace kiln::dist {
 
 struct GlooOptions {
-  Millis timeout_ = kDefaultTimeout;  // rendezvous and every collective
+  KILN_ARG(Millis, timeout) = kDefaultTimeout;  // rendezvous and every collective
   std::string hostname_ = "127.0.0.1";  // this rank's address for its peers (the TCP device binds it)
-  GlooOptions& timeout(Millis t) { timeout_ = t; return *this; }
   GlooOptions& hostname(std::string h) { hostname_ = std::move(h); return *this; }
 };
 

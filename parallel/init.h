@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include <kiln/core/arg.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/store.h>
 
@@ -13,17 +14,13 @@ namespace kiln::dist {
 
 struct InitOptions {
   std::string backend_ = "auto";  // "auto" (nccl with a usable CUDA device, else gloo), "gloo", "nccl"
-  Millis timeout_ = kDefaultTimeout;  // rendezvous and every collective
-  int rank_ = -1;                     // -1: from the environment
-  int world_size_ = -1;               // -1: from the environment
+  KILN_ARG(Millis, timeout) = kDefaultTimeout;  // rendezvous and every collective
+  KILN_ARG(int, rank) = -1;                     // -1: from the environment
+  KILN_ARG(int, world_size) = -1;               // -1: from the environment
   std::string master_addr_;           // empty: MASTER_ADDR
-  int master_port_ = -1;              // -1: MASTER_PORT
+  KILN_ARG(int, master_port) = -1;              // -1: MASTER_PORT
   InitOptions& backend(std::string b) { backend_ = std::move(b); return *this; }
-  InitOptions& timeout(Millis t) { timeout_ = t; return *this; }
-  InitOptions& rank(int r) { rank_ = r; return *this; }
-  InitOptions& world_size(int n) { world_size_ = n; return *this; }
   InitOptions& master_addr(std::string a) { master_addr_ = std::move(a); return *this; }
-  InitOptions& master_port(int p) { master_port_ = p; return *this; }
 };
 
 struct EnvInfo {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/arg.h>
+
 namespace kiln::dist {
 
 // torchrun's flags, torch C++ style: LaunchOptions({"python", "train.py"}).nproc_per_node(4).
@@ -15,32 +17,22 @@ namespace kiln::dist {
 // KILN_MAX_RESTARTS (also under torchrun's names TORCHELASTIC_RESTART_COUNT/_MAX_RESTARTS).
 struct LaunchOptions {
   std::vector<std::string> command_;  // program (looked up in PATH) and its arguments
-  int nproc_per_node_ = 1;
-  int nnodes_ = 1;
-  int node_rank_ = 0;
+  KILN_ARG(int, nproc_per_node) = 1;
+  KILN_ARG(int, nnodes) = 1;
+  KILN_ARG(int, node_rank) = 0;
   std::string master_addr_ = "127.0.0.1";
-  int master_port_ = 29500;
-  bool standalone_ = false;  // one node; MASTER_ADDR 127.0.0.1 and a free port picked here
-  int max_restarts_ = 0;     // restarts of the whole group after a failure
-  std::chrono::milliseconds monitor_interval_{100};  // how often worker exits are checked
-  std::chrono::milliseconds stop_grace_{5000};        // SIGTERM to SIGKILL when stopping workers
-  int stdout_fd_ = 1;  // where "[rank N] " lines from the workers' stdout go (not owned)
-  int stderr_fd_ = 2;  // same for their stderr, and the launcher's own "kiln-run: " lines
+  KILN_ARG(int, master_port) = 29500;
+  KILN_ARG(bool, standalone) = false;  // one node; MASTER_ADDR 127.0.0.1 and a free port picked here
+  KILN_ARG(int, max_restarts) = 0;     // restarts of the whole group after a failure
+  KILN_ARG(std::chrono::milliseconds, monitor_interval){100};  // how often worker exits are checked
+  KILN_ARG(std::chrono::milliseconds, stop_grace){5000};      // SIGTERM to SIGKILL when stopping workers
+  KILN_ARG(int, stdout_fd) = 1;  // where "[rank N] " lines from the workers' stdout go (not owned)
+  KILN_ARG(int, stderr_fd) = 2;  // same for their stderr, and the launcher's own "kiln-run: " lines
 
   LaunchOptions() = default;
   explicit LaunchOptions(std::vector<std::string> command) : command_(std::move(command)) {}
   LaunchOptions& command(std::vector<std::string> v) { command_ = std::move(v); return *this; }
-  LaunchOptions& nproc_per_node(int v) { nproc_per_node_ = v; return *this; }
-  LaunchOptions& nnodes(int v) { nnodes_ = v; return *this; }
-  LaunchOptions& node_rank(int v) { node_rank_ = v; return *this; }
   LaunchOptions& master_addr(std::string v) { master_addr_ = std::move(v); return *this; }
-  LaunchOptions& master_port(int v) { master_port_ = v; return *this; }
-  LaunchOptions& standalone(bool v) { standalone_ = v; return *this; }
-  LaunchOptions& max_restarts(int v) { max_restarts_ = v; return *this; }
-  LaunchOptions& monitor_interval(std::chrono::milliseconds v) { monitor_interval_ = v; return *this; }
-  LaunchOptions& stop_grace(std::chrono::milliseconds v) { stop_grace_ = v; return *this; }
-  LaunchOptions& stdout_fd(int fd) { stdout_fd_ = fd; return *this; }
-  LaunchOptions& stderr_fd(int fd) { stderr_fd_ = fd; return *this; }
 };
 
 // Runs the workers until all exit; returns 0, or the first failed worker's status (its exit

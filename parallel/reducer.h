@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/arg.h>
 #include <kiln/parallel/bucket.h>
 #include <kiln/parallel/comm_hooks.h>
 #include <kiln/parallel/order_check.h>
@@ -16,18 +17,12 @@
 namespace kiln::dist {
 
 struct ReducerOptions {
-  size_t first_bucket_cap_bytes_ = mib_to_bytes(1);
-  size_t bucket_cap_bytes_ = mib_to_bytes(25);
-  bool gradient_as_bucket_view_ = false;
-  bool find_unused_parameters_ = false;
-  bool rebuild_buckets_ = true;  // re-bucket in arrival order after the first synced iteration
-  OrderCheck order_check_ = OrderCheck::automatic;
-  ReducerOptions& first_bucket_cap_bytes(size_t v) { first_bucket_cap_bytes_ = v; return *this; }
-  ReducerOptions& bucket_cap_bytes(size_t v) { bucket_cap_bytes_ = v; return *this; }
-  ReducerOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
-  ReducerOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
-  ReducerOptions& rebuild_buckets(bool v) { rebuild_buckets_ = v; return *this; }
-  ReducerOptions& order_check(OrderCheck v) { order_check_ = v; return *this; }
+  KILN_ARG(size_t, first_bucket_cap_bytes) = mib_to_bytes(1);
+  KILN_ARG(size_t, bucket_cap_bytes) = mib_to_bytes(25);
+  KILN_ARG(bool, gradient_as_bucket_view) = false;
+  KILN_ARG(bool, find_unused_parameters) = false;
+  KILN_ARG(bool, rebuild_buckets) = true;  // re-bucket in arrival order after the first synced iteration
+  KILN_ARG(OrderCheck, order_check) = OrderCheck::automatic;
 };
 
 // Note [When gradients are final]

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/arg.h>
 #include <kiln/core/dtype.h>
 #include <kiln/nn/module.h>
 #include <kiln/optim/checkpoint.h>
@@ -22,36 +23,26 @@
 namespace kiln::dist {
 
 struct TrainerOptions {
-  int grad_accum_steps_ = 1;     // micro-steps per optimizer step
-  double clip_grad_norm_ = 0;    // max total L2 norm; 0 = no clipping
-  DType amp_ = DType::f32;       // f32: off; bf16: autocast; f16: autocast + GradScaler
-  int log_every_ = 10;           // steps whose loss is averaged across ranks (0: only when asked)
-  int checkpoint_every_ = 0;     // automatic checkpoint every N steps into checkpoint_dir (0: off)
+  KILN_ARG(int, grad_accum_steps) = 1;     // micro-steps per optimizer step
+  KILN_ARG(double, clip_grad_norm) = 0;    // max total L2 norm; 0 = no clipping
+  KILN_ARG(DType, amp) = DType::f32;       // f32: off; bf16: autocast; f16: autocast + GradScaler
+  KILN_ARG(int, log_every) = 10;           // steps whose loss is averaged across ranks (0: only when asked)
+  KILN_ARG(int, checkpoint_every) = 0;     // automatic checkpoint every N steps into checkpoint_dir (0: off)
   std::string checkpoint_dir_;
-  int keep_last_checkpoints_ = 2;  // automatic checkpoints kept (0: all)
+  KILN_ARG(int, keep_last_checkpoints) = 2;  // automatic checkpoints kept (0: all)
   // Called at each automatic checkpoint for the data loader's position after the step (opaque).
   std::function<std::string()> checkpoint_cursor_;
-  optim::GradScalerOptions grad_scaler_;  // used with amp f16
-  DDPOptions ddp_;
+  KILN_ARG(optim::GradScalerOptions, grad_scaler);  // used with amp f16
+  KILN_ARG(DDPOptions, ddp);
 
-  TrainerOptions& grad_accum_steps(int v) { grad_accum_steps_ = v; return *this; }
-  TrainerOptions& clip_grad_norm(double v) { clip_grad_norm_ = v; return *this; }
-  TrainerOptions& amp(DType v) { amp_ = v; return *this; }
-  TrainerOptions& log_every(int v) { log_every_ = v; return *this; }
-  TrainerOptions& checkpoint_every(int v) { checkpoint_every_ = v; return *this; }
   TrainerOptions& checkpoint_dir(std::string v) { checkpoint_dir_ = std::move(v); return *this; }
-  TrainerOptions& keep_last_checkpoints(int v) { keep_last_checkpoints_ = v; return *this; }
   TrainerOptions& checkpoint_cursor(std::function<std::string()> v) { checkpoint_cursor_ = std::move(v); return *this; }
-  TrainerOptions& grad_scaler(optim::GradScalerOptions v) { grad_scaler_ = v; return *this; }
-  TrainerOptions& ddp(DDPOptions v) { ddp_ = v; return *this; }
 };
 
 // Per-call extras of Trainer::step. Both must be the same on every rank.
 struct StepOptions {
-  int64_t items_ = 0;       // tokens or samples this rank processes in the step (for StepStats::items)
-  bool sync_loss_ = false;  // make this a log step: read loss, grad_norm, skipped (Note [Trainer host reads])
-  StepOptions& items(int64_t v) { items_ = v; return *this; }
-  StepOptions& sync_loss(bool v) { sync_loss_ = v; return *this; }
+  KILN_ARG(int64_t, items) = 0;       // tokens or samples this rank processes in the step (for StepStats::items)
+  KILN_ARG(bool, sync_loss) = false;  // make this a log step: read loss, grad_norm, skipped (Note [Trainer host reads])
 };
 
 // Note [Trainer host reads]
