@@ -7,32 +7,13 @@
 
 namespace kiln {
 
-namespace {
-
-class EmbeddingBackward final : public autograd::OpNode {
- public:
-  explicit EmbeddingBackward(int64_t num_embeddings) : num_embeddings_(num_embeddings) {}
-  Tensor ids;
-  std::string name() const override { return "EmbeddingBackward"; }
-  void release_saved() override { ids = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return {Tensor()};
-    return {input_grad(0, ops::embedding_backward(g[0], ids, num_embeddings_))};
-  }
-
- private:
-  int64_t num_embeddings_;
-};
-
-}  // namespace
-
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = ops::embedding(weight, ids);
-  if (auto node = autograd::make_node<EmbeddingBackward>({&weight}, weight.size(0))) {
-    node->ids = autograd::saved(ids);
-    autograd::set_history(out, node);
-  }
-  return out;
+  return autograd::record(out, "EmbeddingBackward", {&weight}, [&](const autograd::Needs&) {
+    return [ids = autograd::saved(ids), num_embeddings = weight.size(0)](const Tensor& g) {
+      return ops::embedding_backward(g, ids, num_embeddings);
+    };
+  });
 }
 
 }  // namespace kiln
