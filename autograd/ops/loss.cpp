@@ -37,42 +37,6 @@ Tensor reduce_rows(const Tensor& rows, Reduction reduction, const Shape& lead, c
   return Tensor();
 }
 
-class CrossEntropyBackward final : public autograd::OpNode {
- public:
-  Tensor logits;   // (N, C) as the forward saw them
-  Tensor targets;  // (N,) i64 or i32
-  Tensor lse;      // (N,) logsumexp of each row, from the forward
-  int64_t ignore_index = -100;
-  Tensor count;  // 0-dim i64, the forward's (on the logits' device)
-  double label_smoothing = 0;
-  Reduction reduction = Reduction::mean;
-  std::string name() const override { return "CrossEntropyBackward"; }
-  void release_saved() override { logits = targets = lse = count = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return {Tensor()};
-    // none: one gradient per row; sum: the same for every row; mean: that over the counted rows.
-    const Tensor grad_loss = reduction == Reduction::none ? g[0].reshape({logits.size(0)}) : g[0];
-    Tensor grad = ops::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, 1.0,
-                                              reduction == Reduction::mean ? count : Tensor());
-    return {input_grad(0, grad.reshape(input_info[0].shape))};
-  }
-};
-
-class MseLossBackward final : public autograd::OpNode {
- public:
-  Tensor diff;  // input - target
-  Reduction reduction = Reduction::mean;
-  std::string name() const override { return "MseLossBackward"; }
-  void release_saved() override { diff = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return std::vector<Tensor>(next_edges.size());
-    double scale = 2.0;
-    if (reduction == Reduction::mean) scale /= double(diff.numel());
-    Tensor gi = ops::mul(diff, ops::mul(g[0], scale));
-    return {input_grad(0, gi), input_grad(1, ops::neg(gi))};
-  }
-};
-
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
@@ -104,17 +68,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   ops::CrossEntropyResult r = ops::cross_entropy_forward(rows_logits, rows_targets, options.ignore_index_, ls);
   Tensor out = reduce_rows(r.loss, options.reduction_, lead, r.count).to(out_dtype);
 
-  if (auto node = autograd::make_node<CrossEntropyBackward>({&logits})) {
-    node->logits = rows_logits;
-    node->targets = rows_targets;
-    node->lse = r.lse;
-    node->ignore_index = options.ignore_index_;
-    node->count = r.count;
-    node->label_smoothing = ls;
-    node->reduction = options.reduction_;
-    autograd::set_history(out, node);
-  }
-  return out;
+  // The node saves the (N, C) logits as the forward saw them, the (N,) targets, each row's
+  // logsumexp and the 0-dim i64 count of counted rows (on the logits' device).
+  return autograd::record(out, "CrossEntropyBackward", {&logits}, [&](const autograd::Needs&) {
+    return [logits = rows_logits, targets = rows_targets, lse = r.lse, count = r.count,
+            ignore_index = options.ignore_index_, ls, reduction = options.reduction_](
+               const Tensor& g, const autograd::OpNode& node) {
+      // none: one gradient per row; sum: the same for every row; mean: that over the counted rows.
+      const Tensor grad_loss = reduction == Reduction::none ? g.reshape({logits.size(0)}) : g;
+      Tensor grad = ops::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, ls, 1.0,
+                                                reduction == Reduction::mean ? count : Tensor());
+      return grad.reshape(node.input_info[0].shape);
+    };
+  });
 }
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
@@ -129,12 +95,14 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
   Tensor diff = ops::sub(autograd::saved(input), autograd::saved(target));
   Tensor sq = ops::square(diff);
   Tensor out = reduction == Reduction::none ? sq : reduction == Reduction::sum ? ops::sum(sq) : ops::mean(sq);
-  if (auto node = autograd::make_node<MseLossBackward>({&input, &target})) {
-    node->diff = diff;
-    node->reduction = reduction;
-    autograd::set_history(out, node);
-  }
-  return out;
+  return autograd::record(out, "MseLossBackward", {&input, &target}, [&](const autograd::Needs&) {
+    return [diff, reduction](const Tensor& g) {
+      double scale = 2.0;
+      if (reduction == Reduction::mean) scale /= double(diff.numel());
+      Tensor gi = ops::mul(diff, ops::mul(g, scale));
+      return autograd::Grads{gi, ops::neg(gi)};
+    };
+  });
 }
 
 }  // namespace kiln
