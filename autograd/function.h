@@ -90,14 +90,6 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 void connect(OpNode& node, std::initializer_list<const Tensor*> inputs);
 void connect(OpNode& node, const std::vector<Tensor>& inputs);
 
-template <class N, class... Args>
-std::shared_ptr<N> make_node(std::initializer_list<const Tensor*> inputs, Args&&... args) {
-  if (!needs_grad(inputs)) return nullptr;
-  auto node = std::make_shared<N>(std::forward<Args>(args)...);
-  connect(*node, inputs);
-  return node;
-}
-
 // Makes `out` output `output_nr` of `node`. `out` must be a fresh tensor (no history yet).
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
 
