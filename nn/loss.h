@@ -2,7 +2,7 @@
 // that name the loss and both shapes.
 #pragma once
 
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/cross_entropy.h>
 #include <kiln/nn/module.h>
 
 namespace kiln::nn {

@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include <kiln/autograd/ops/conv.h>
+#include <kiln/autograd/ops/pool.h>
 #include <kiln/nn/module.h>
 
 namespace kiln::nn {

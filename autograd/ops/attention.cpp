@@ -5,7 +5,7 @@
 // - composed: everything else (the CPU, CUDA f32/f64, other head dims) in plain math that keeps the
 //   probabilities P (B, H, T, T): dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)),
 //   dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D).
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/attention.h>
 
 #include <cmath>
 #include <limits>

@@ -2,7 +2,7 @@
 // with the batch statistics and updates the running buffers in place; eval uses the running ones.
 // Forward and backward are the raw kernels kiln::ops::batch_norm / batch_norm_backward (CPU and
 // CUDA; formulas in Note [Batch norm gradient], core/ops/batch_norm.h).
-#include <kiln/autograd/ops/conv.h>
+#include <kiln/autograd/ops/batch_norm.h>
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>

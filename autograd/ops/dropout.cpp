@@ -2,7 +2,7 @@
 // iff philox_uniform(seed, first + i) >= p, where `first` is reserved with gen.advance(numel), so
 // a generator with the same seed and offset gives the same mask on any thread count, and on a
 // CUDA device (where cuda::dropout_mask makes it with the same draws).
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/dropout.h>
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
 // Differentiable layer norm: the raw kernel computes out together with the per-row mean and rstd,
 // which the node saves so the backward kernel never recomputes the statistics.
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/layer_norm.h>
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>

@@ -1,6 +1,6 @@
 // Differentiable 2-D pooling: max (routing gradients through the argmax indices the raw op
 // returns), average and adaptive average, each a raw kiln::ops kernel plus its backward kernel.
-#include <kiln/autograd/ops/conv.h>
+#include <kiln/autograd/ops/pool.h>
 
 #include <kiln/autograd/function.h>
 #include <kiln/core/ops/pool.h>

@@ -1,6 +1,6 @@
 // Differentiable softmax and log_softmax: the raw kernels from kiln::ops, with backward nodes that
 // keep only the output (both gradients are functions of it, not of the input).
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/softmax.h>
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>

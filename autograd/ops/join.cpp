@@ -1,14 +1,10 @@
-// Differentiable joins, splits, index selection and triangular masks. cat/stack hand each input
+// Differentiable joins and splits. cat/stack hand each input
 // its slice of g; split/chunk outputs are narrow() views that core's view hook records (see
 // Note [Autograd and core views]), so their gradients sum at x by themselves.
-#include <kiln/autograd/ops/shape.h>
-
+#include <kiln/autograd/ops/join.h>
 
 #include <kiln/autograd/function.h>
-#include <kiln/core/factory.h>
-#include <kiln/core/ops/index.h>
 #include <kiln/core/ops/join.h>
-#include <kiln/core/ops/triangle.h>
 
 namespace kiln {
 
@@ -16,7 +12,6 @@ using autograd::Grads;
 using autograd::Needs;
 using autograd::OpNode;
 using autograd::record;
-using autograd::saved;
 
 namespace {
 
@@ -61,40 +56,5 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   return ops::split(x, sizes, dim);
 }
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) { return ops::chunk(x, chunks, dim); }
-
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  Tensor out = ops::index_select(x, dim, index);
-  const int64_t d = wrap_dim(dim, x.dim(), "index_select");
-  return record(out, "IndexSelectBackward", {&x}, [&](const Needs&) {
-    // Rows picked several times receive the sum of their gradients.
-    return [d, idx = saved(index)](const Tensor& g, const OpNode& node) {
-      Tensor gin = node.input_zeros(0, g.dtype());
-      return ops::index_add_(gin, d, idx, g.contiguous());
-    };
-  });
-}
-
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  Tensor out = ops::gather(x, dim, index);
-  const int64_t d = wrap_dim(dim, x.dim(), "gather");
-  return record(out, "GatherBackward", {&x}, [&](const Needs&) {
-    return [d, idx = saved(index)](const Tensor& g, const OpNode& node) {
-      Tensor gin = node.input_zeros(0, g.dtype());
-      return ops::scatter_add_(gin, d, idx, g.contiguous());
-    };
-  });
-}
-
-Tensor triu(const Tensor& x, int64_t diagonal) {
-  return record(ops::triu(x, diagonal), "TriuBackward", {&x}, [diagonal](const Needs&) {
-    return [diagonal](const Tensor& g) { return ops::triu(g, diagonal); };
-  });
-}
-
-Tensor tril(const Tensor& x, int64_t diagonal) {
-  return record(ops::tril(x, diagonal), "TrilBackward", {&x}, [diagonal](const Needs&) {
-    return [diagonal](const Tensor& g) { return ops::tril(g, diagonal); };
-  });
-}
 
 }  // namespace kiln
