@@ -13,26 +13,34 @@ using autograd::OpNode;
 using autograd::record;
 using autograd::saved;
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  Tensor out = ops::index_select(x, dim, index);
-  const int64_t d = wrap_dim(dim, x.dim(), "index_select");
-  return record(out, "IndexSelectBackward", {&x}, [&](const Needs&) {
-    return [d, idx = saved(index)](const Tensor& g, const OpNode& node) {
+namespace {
+
+// index_select and gather: g goes back into zeros shaped like x through the raw op's scatter
+// counterpart, scatter(gin, dim, index, g) (ops::index_add_ or ops::scatter_add_).
+using Scatter = Tensor& (*)(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor record_indexing(Tensor out, const char* name, const Tensor& x, int64_t dim, const Tensor& index,
+                       Scatter scatter) {
+  return record(std::move(out), name, {&x}, [&](const Needs&) {
+    return [dim, idx = saved(index), scatter](const Tensor& g, const OpNode& node) {
       Tensor gin = node.input_zeros(0, g.dtype());
-      return ops::index_add_(gin, d, idx, g.contiguous());
+      scatter(gin, dim, idx, g.contiguous());
+      return gin;
     };
   });
 }
 
+}  // namespace
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = ops::index_select(x, dim, index);
+  return record_indexing(out, "IndexSelectBackward", x, wrap_dim(dim, x.dim(), "index_select"),
+                         index, &ops::index_add_);
+}
+
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = ops::gather(x, dim, index);
-  const int64_t d = wrap_dim(dim, x.dim(), "gather");
-  return record(out, "GatherBackward", {&x}, [&](const Needs&) {
-    return [d, idx = saved(index)](const Tensor& g, const OpNode& node) {
-      Tensor gin = node.input_zeros(0, g.dtype());
-      return ops::scatter_add_(gin, d, idx, g.contiguous());
-    };
-  });
+  return record_indexing(out, "GatherBackward", x, wrap_dim(dim, x.dim(), "gather"),
+                         index, &ops::scatter_add_);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
