@@ -1,6 +1,7 @@
 // Helpers for differentiable ops: edges, history, gradient reduction.
 #include <kiln/autograd/function.h>
 
+#include <kiln/core/factory.h>
 #include <kiln/core/ops/reduce.h>
 
 namespace kiln::autograd {
@@ -38,7 +39,7 @@ void connect(OpNode& node, const std::vector<Tensor>& inputs) {
 
 std::vector<Tensor> LambdaNode::apply(std::vector<Tensor>&& grads) {
   if (!grads[0].defined()) return std::vector<Tensor>(next_edges.size());
-  std::vector<Tensor> out = fn_(grads[0], *this);
+  Grads out = fn_(grads[0], *this);
   KILN_ASSERT(out.size() == next_edges.size(), name_, " returned ", out.size(), " gradients for ",
               next_edges.size(), " inputs");
   for (size_t i = 0; i < out.size(); ++i) out[i] = input_grad(i, out[i]);
@@ -68,6 +69,10 @@ Tensor OpNode::input_grad(size_t i, const Tensor& g) const {
   Tensor r = sum_to(g, input_info[i].shape);
   if (r.dtype() != input_info[i].dtype) r = r.to(input_info[i].dtype);
   return r;
+}
+
+Tensor OpNode::input_zeros(size_t i, DType dtype) const {
+  return zeros(input_info[i].shape, TensorOptions(dtype).device(input_info[i].device));
 }
 
 }  // namespace kiln::autograd

@@ -6,28 +6,28 @@ namespace kiln {
 bool grad_mode_enabled();
 void set_grad_mode(bool enabled);
 
-// Disables recording for its scope (optimizer steps, evaluation, in-place parameter updates).
-class NoGradGuard {
+// Sets grad mode for its scope and restores the previous mode on exit (torch's AutoGradMode).
+class GradModeGuard {
  public:
-  NoGradGuard() : prev_(grad_mode_enabled()) { set_grad_mode(false); }
-  ~NoGradGuard() { set_grad_mode(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled) : prev_(grad_mode_enabled()) { set_grad_mode(enabled); }
+  ~GradModeGuard() { set_grad_mode(prev_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool prev_;
 };
 
-// Re-enables recording inside a NoGradGuard scope.
-class EnableGradGuard {
+// Disables recording for its scope (optimizer steps, evaluation, in-place parameter updates).
+class NoGradGuard : public GradModeGuard {
  public:
-  EnableGradGuard() : prev_(grad_mode_enabled()) { set_grad_mode(true); }
-  ~EnableGradGuard() { set_grad_mode(prev_); }
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+  NoGradGuard() : GradModeGuard(false) {}
+};
 
- private:
-  bool prev_;
+// Re-enables recording inside a NoGradGuard scope.
+class EnableGradGuard : public GradModeGuard {
+ public:
+  EnableGradGuard() : GradModeGuard(true) {}
 };
 
 }  // namespace kiln

@@ -7,57 +7,30 @@
 //   expand: gradient = g summed back to the input's shape;
 //   copy:   gradient = g cast back to the input's dtype and device.
 #include <kiln/autograd/function.h>
-#include <kiln/core/factory.h>
 
-namespace kiln {
-
-namespace {
-
-class ViewBackward final : public autograd::OpNode {
- public:
-  std::function<Tensor(const Tensor&)> replay;
-  std::string name() const override { return "ViewBackward"; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    const InputInfo& in = input_info[0];
-    Tensor gin = zeros(in.shape, TensorOptions(g[0].dtype()).device(in.device));
-    replay(gin).copy_(g[0]);
-    return {input_grad(0, gin)};
-  }
-};
-
-class ExpandBackward final : public autograd::OpNode {
- public:
-  std::string name() const override { return "ExpandBackward"; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override { return {input_grad(0, g[0])}; }
-};
-
-class CopyBackward final : public autograd::OpNode {
- public:
-  std::string name() const override { return "CopyBackward"; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    return {input_grad(0, g[0].to(input_info[0].device))};
-  }
-};
-
-}  // namespace
-
-namespace detail {
+namespace kiln::detail {
 
 Tensor record_derived(const Tensor& input, Tensor output, Derivation derivation) {
-  std::shared_ptr<autograd::OpNode> node;
+  using autograd::Needs;
+  using autograd::OpNode;
   switch (derivation.kind) {
-    case Derivation::Kind::view: {
-      auto n = autograd::make_node<ViewBackward>({&input});
-      if (n) n->replay = std::move(derivation.replay);
-      node = n;
-      break;
-    }
-    case Derivation::Kind::expand: node = autograd::make_node<ExpandBackward>({&input}); break;
-    case Derivation::Kind::copy: node = autograd::make_node<CopyBackward>({&input}); break;
+    case Derivation::Kind::view:
+      return autograd::record(std::move(output), "ViewBackward", {&input}, [&](const Needs&) {
+        return [replay = std::move(derivation.replay)](const Tensor& g, const OpNode& node) {
+          Tensor gin = node.input_zeros(0, g.dtype());
+          replay(gin).copy_(g);
+          return gin;
+        };
+      });
+    case Derivation::Kind::expand:
+      return autograd::record(std::move(output), "ExpandBackward", {&input},
+                              [](const Needs&) { return [](const Tensor& g) { return g; }; });
+    case Derivation::Kind::copy:
+      return autograd::record(std::move(output), "CopyBackward", {&input}, [](const Needs&) {
+        return [](const Tensor& g, const OpNode& node) { return g.to(node.input_info[0].device); };
+      });
   }
-  if (node) autograd::set_history(output, node);
   return output;
 }
 
-}  // namespace detail
-}  // namespace kiln
+}  // namespace kiln::detail

@@ -3,8 +3,8 @@
 
 #include <sstream>
 
-#include <kiln/autograd/ops/conv.h>
 #include <kiln/autograd/ops/elementwise.h>
+#include <kiln/autograd/ops/pool.h>
 #include <kiln/autograd/ops/reduce.h>
 
 namespace kiln::models {

@@ -1,7 +1,7 @@
 // BatchNorm2d: parameters, running-stat buffers, the num_batches_tracked counter and the
 // train/eval choice of statistics around kiln::batch_norm.
 #include <kiln/autograd/grad_mode.h>
-#include <kiln/autograd/ops/conv.h>
+#include <kiln/autograd/ops/batch_norm.h>
 #include <kiln/autograd/ops/elementwise.h>
 #include <kiln/core/factory.h>
 #include <kiln/nn/init.h>

@@ -1,7 +1,7 @@
 // Dropout module: picks the generator and passes the training flag to kiln::dropout.
 #include <kiln/nn/dropout.h>
 
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/dropout.h>
 
 namespace kiln::nn {
 

@@ -1,7 +1,7 @@
 // Embedding layer: table parameter, N(0, 1) init, id dtype check.
 #include <kiln/nn/embedding.h>
 
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/index.h>
 #include <kiln/core/factory.h>
 #include <kiln/nn/init.h>
 

@@ -2,8 +2,8 @@
 // that name the loss and both shapes.
 #pragma once
 
+#include <kiln/autograd/ops/cross_entropy.h>
 #include <kiln/core/arg.h>
-#include <kiln/autograd/ops/functional.h>
 #include <kiln/nn/module.h>
 
 namespace kiln::nn {

@@ -2,7 +2,7 @@
 // (BatchNorm2d, declared beside it in normalization.h, is in batch_norm.cpp.)
 #include <kiln/nn/normalization.h>
 
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/layer_norm.h>
 #include <kiln/core/factory.h>
 #include <kiln/nn/init.h>
 

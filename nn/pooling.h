@@ -4,8 +4,8 @@
 
 #include <optional>
 
+#include <kiln/autograd/ops/pool.h>
 #include <kiln/core/arg.h>
-#include <kiln/autograd/ops/conv.h>
 #include <kiln/nn/module.h>
 
 namespace kiln::nn {

@@ -5,7 +5,7 @@
 // - composed: everything else (the CPU, CUDA f32/f64, other head dims) in plain math that keeps the
 //   probabilities P (B, H, T, T): dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)),
 //   dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D).
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/attention.h>
 
 #include <cmath>
 #include <limits>
@@ -26,27 +26,6 @@ namespace {
 
 // --- composed path ----------------------------------------------------------------------------
 
-class AttentionBackward final : public autograd::OpNode {
- public:
-  explicit AttentionBackward(double scale) : scale_(scale) {}
-  Tensor q, k, v, probs;  // probs (B, H, Tq, Tk)
-  std::string name() const override { return "ScaledDotProductAttentionBackward"; }
-  void release_saved() override { q = k = v = probs = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return std::vector<Tensor>(next_edges.size());
-    Tensor go = g[0].to(q.dtype());                                                 // (B, H, Tq, Dv)
-    Tensor gv = needs_input_grad(2) ? ops::matmul(probs.transpose(-2, -1), go) : Tensor();  // (B, H, Tk, Dv)
-    Tensor gp = ops::matmul(go, v.transpose(-2, -1));                               // (B, H, Tq, Tk)
-    Tensor gs = ops::mul(ops::softmax_backward(gp, probs, -1), scale_);             // dS / sqrt(D)
-    Tensor gq = needs_input_grad(0) ? ops::matmul(gs, k) : Tensor();                // (B, H, Tq, D)
-    Tensor gk = needs_input_grad(1) ? ops::matmul(gs.transpose(-2, -1), q) : Tensor();  // (B, H, Tk, D)
-    return {input_grad(0, gq), input_grad(1, gk), input_grad(2, gv)};
-  }
-
- private:
-  double scale_;
-};
-
 Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
   const int64_t t = q.size(2);
   Tensor qd = autograd::saved(q), kd = autograd::saved(k), vd = autograd::saved(v);
@@ -60,55 +39,35 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
   }
   Tensor probs = ops::softmax(scores, -1);
   Tensor out = ops::matmul(probs, vd);  // (B, H, T, Dv)
-  if (auto node = autograd::make_node<AttentionBackward>({&q, &k, &v}, scale)) {
-    node->q = qd;
-    node->k = kd;
-    node->v = vd;
-    node->probs = probs;
-    autograd::set_history(out, node);
-  }
-  return out;
+  return autograd::record(out, "ScaledDotProductAttentionBackward", {&q, &k, &v}, [&](const autograd::Needs&) {
+    return [qd, kd, vd, probs, scale](const Tensor& g, const autograd::OpNode& node) -> autograd::Grads {
+      Tensor go = g.to(qd.dtype());                                                        // (B, H, Tq, Dv)
+      Tensor gv = node.needs_input_grad(2) ? ops::matmul(probs.transpose(-2, -1), go) : Tensor();  // (B, H, Tk, Dv)
+      Tensor gp = ops::matmul(go, vd.transpose(-2, -1));                                  // (B, H, Tq, Tk)
+      Tensor gs = ops::mul(ops::softmax_backward(gp, probs, -1), scale);                  // dS / sqrt(D)
+      Tensor gq = node.needs_input_grad(0) ? ops::matmul(gs, kd) : Tensor();              // (B, H, Tq, D)
+      Tensor gk = node.needs_input_grad(1) ? ops::matmul(gs.transpose(-2, -1), qd) : Tensor();  // (B, H, Tk, D)
+      return {gq, gk, gv};
+    };
+  });
 }
 
 // --- fused path (CUDA) ------------------------------------------------------------------------
 
-class FlashAttentionBackward final : public autograd::OpNode {
- public:
-  FlashAttentionBackward(bool causal, double scale) : causal_(causal), scale_(scale) {}
-  Tensor q, k, v, out;  // (B, H, T, D)
-  Tensor lse;           // (B, H, T) f32
-  std::string name() const override { return "ScaledDotProductFlashAttentionBackward"; }
-  void release_saved() override { q = k = v = out = lse = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return std::vector<Tensor>(next_edges.size());
-    if constexpr (cuda::kBuilt) {
-      const bool need_dkdv = needs_input_grad(1) || needs_input_grad(2);
-      cuda::FlashAttentionGrads d = cuda::flash_attention_backward(g[0].to(q.dtype()), q, k, v, out, lse, causal_,
-                                                                   scale_, needs_input_grad(0), need_dkdv);
-      return {input_grad(0, d.dq), input_grad(1, d.dk), input_grad(2, d.dv)};
-    } else {
-      KILN_UNREACHABLE("FlashAttentionBackward in a build without CUDA");
-      return {};
-    }
-  }
-
- private:
-  bool causal_;
-  double scale_;
-};
-
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
   if constexpr (cuda::kBuilt) {
     cuda::FlashAttentionForward f = cuda::flash_attention_forward(q, k, v, causal, scale);
-    if (auto node = autograd::make_node<FlashAttentionBackward>({&q, &k, &v}, causal, scale)) {
-      node->q = autograd::saved(q);
-      node->k = autograd::saved(k);
-      node->v = autograd::saved(v);
-      node->out = autograd::saved(f.out);
-      node->lse = f.lse;
-      autograd::set_history(f.out, node);
-    }
-    return f.out;
+    const Tensor out = f.out;
+    return autograd::record(out, "ScaledDotProductFlashAttentionBackward", {&q, &k, &v}, [&](const autograd::Needs&) {
+      // q, k, v, out (B, H, T, D); lse (B, H, T) f32.
+      return [q = autograd::saved(q), k = autograd::saved(k), v = autograd::saved(v), out = autograd::saved(out),
+              lse = f.lse, causal, scale](const Tensor& g, const autograd::OpNode& node) {
+        const bool need_dkdv = node.needs_input_grad(1) || node.needs_input_grad(2);
+        cuda::FlashAttentionGrads d = cuda::flash_attention_backward(g.to(q.dtype()), q, k, v, out, lse, causal, scale,
+                                                                     node.needs_input_grad(0), need_dkdv);
+        return autograd::Grads{d.dq, d.dk, d.dv};
+      };
+    });
   } else {
     KILN_UNREACHABLE("flash attention in a build without CUDA");
     return Tensor();

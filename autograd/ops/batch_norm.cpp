@@ -2,7 +2,7 @@
 // with the batch statistics and updates the running buffers in place; eval uses the running ones.
 // Forward and backward are the raw kernels kiln::ops::batch_norm / batch_norm_backward (CPU and
 // CUDA; formulas in Note [Batch norm gradient], core/ops/batch_norm.h).
-#include <kiln/autograd/ops/conv.h>
+#include <kiln/autograd/ops/batch_norm.h>
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
@@ -11,34 +11,6 @@
 namespace kiln {
 
 using autograd::saved;
-
-namespace {
-
-class BatchNormBackward final : public autograd::OpNode {
- public:
-  explicit BatchNormBackward(bool training) : training_(training) {}
-  Tensor x;             // the forward input (N, C, ...)
-  Tensor weight;        // (C), or undefined without affine weight
-  Tensor mean, invstd;  // (C): the statistics the forward normalized with
-
-  std::string name() const override { return "BatchNormBackward"; }
-  void release_saved() override { x = weight = mean = invstd = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    std::vector<Tensor> out(next_edges.size());
-    if (!grads[0].defined()) return out;
-    const ops::BatchNormGrads g = ops::batch_norm_backward(
-        grads[0], x, weight, mean, invstd, training_, {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
-    if (needs_input_grad(0)) out[0] = input_grad(0, g.input);
-    if (needs_input_grad(1)) out[1] = input_grad(1, g.weight);  // (C), the parameters' own shape
-    if (needs_input_grad(2)) out[2] = input_grad(2, g.bias);
-    return out;
-  }
-
- private:
-  bool training_;
-};
-
-}  // namespace
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight_in,
                   const Tensor& bias_in, bool training, double momentum, double eps) {
@@ -54,14 +26,16 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
     NoGradGuard no_grad;
     r = ops::batch_norm(x, saved(weight), saved(bias), running_mean, running_var, training, momentum, eps);
   }
-  if (auto node = autograd::make_node<BatchNormBackward>({&x, &weight, &bias}, training)) {
-    node->x = saved(x);
-    node->weight = saved(weight);
-    node->mean = r.mean;
-    node->invstd = r.invstd;
-    autograd::set_history(r.out, node);
-  }
-  return r.out;
+  return autograd::record(r.out, "BatchNormBackward", {&x, &weight, &bias}, [&](const autograd::Needs&) {
+    // weight may be undefined; mean and invstd (C) are the statistics the forward normalized with.
+    return [x = saved(x), weight = saved(weight), mean = r.mean, invstd = r.invstd, training](
+               const Tensor& g, const autograd::OpNode& node) {
+      const ops::BatchNormGrads d =
+          ops::batch_norm_backward(g, x, weight, mean, invstd, training,
+                                   {node.needs_input_grad(0), node.needs_input_grad(1), node.needs_input_grad(2)});
+      return autograd::Grads{d.input, d.weight, d.bias};  // weight and bias (C), the parameters' own shape
+    };
+  });
 }
 
 }  // namespace kiln

@@ -2,7 +2,7 @@
 // iff philox_uniform(seed, first + i) >= p, where `first` is reserved with gen.advance(numel), so
 // a generator with the same seed and offset gives the same mask on any thread count, and on a
 // CUDA device (where cuda::dropout_mask makes it with the same draws).
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/dropout.h>
 
 #include <cmath>
 
@@ -16,18 +16,6 @@
 namespace kiln {
 
 namespace {
-
-// grad_in = g * mask, with the mask already holding 0 or 1/(1-p).
-class DropoutBackward final : public autograd::OpNode {
- public:
-  Tensor mask;
-  std::string name() const override { return "DropoutBackward"; }
-  void release_saved() override { mask = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return {Tensor()};
-    return {input_grad(0, ops::mul(g[0], mask))};
-  }
-};
 
 // (x's shape) 0 or `scale` per element, f64 for f64 inputs and f32 otherwise.
 template <class T>
@@ -61,11 +49,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
     mask = mask.to(x.device());
   }
   Tensor out = ops::mul(autograd::saved(x), mask).to(x.dtype());
-  if (auto node = autograd::make_node<DropoutBackward>({&x})) {
-    node->mask = mask;
-    autograd::set_history(out, node);
-  }
-  return out;
+  // grad_in = g * mask, with the mask holding 0 or 1/(1-p).
+  return autograd::record(out, "DropoutBackward", {&x}, [&](const autograd::Needs&) {
+    return [mask](const Tensor& g) { return ops::mul(g, mask); };
+  });
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }

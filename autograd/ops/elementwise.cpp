@@ -1,202 +1,174 @@
 // Differentiable elementwise ops: the raw kernels from kiln::ops plus one backward node each.
 #include <kiln/autograd/ops/elementwise.h>
 
-#include <array>
-
 #include <kiln/autograd/function.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
 
 namespace kiln {
 
-using autograd::OpNode;
+using autograd::Grads;
+using autograd::Needs;
+using autograd::record;
 using autograd::saved;
 
 namespace {
 
-// The backward of one op: (grad, saved tensors, the op's scalar) -> one gradient per input.
-template <size_t N>
-using Backward = std::vector<Tensor> (*)(const Tensor& g, const std::array<Tensor, N>& s, double scalar);
-
-// Records `out` = op(inputs) with backward `fn` over the tensors in `keep` (saved detached).
-template <size_t N>
-Tensor record(Tensor out, const char* name, Backward<N> fn, std::initializer_list<const Tensor*> inputs,
-              std::array<Tensor, N> keep, double scalar = 0.0) {
-  std::vector<Tensor> in;
-  for (const Tensor* t : inputs) in.push_back(*t);
-  return autograd::record(std::move(out), name, in, [&] {
-    for (Tensor& k : keep) k = saved(k);
-    return [fn, s = std::move(keep), scalar](const Tensor& g, const OpNode&) { return fn(g, s, scalar); };
-  });
+// Ties split the gradient evenly, like torch.
+Grads minmax_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool is_max) {
+  Tensor a_wins = is_max ? ops::gt(a, b) : ops::lt(a, b);
+  Tensor tie = ops::eq(a, b);
+  Tensor wa = ops::add(ops::where(a_wins, ones({}), zeros({})), ops::where(tie, full({}, 0.5), zeros({})));
+  return {ops::mul(g, wa), ops::mul(g, ops::rsub(wa, 1.0))};
 }
-
-std::vector<Tensor> grads_of(Tensor a) { return {std::move(a)}; }
-std::vector<Tensor> grads_of(Tensor a, Tensor b) { return {std::move(a), std::move(b)}; }
-std::vector<Tensor> grads_of(Tensor a, Tensor b, Tensor c) { return {std::move(a), std::move(b), std::move(c)}; }
 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return record<0>(ops::add(a, b), "AddBackward", [](const Tensor& g, const auto&, double) { return grads_of(g, g); },
-                   {&a, &b}, {});
+  return record(ops::add(a, b), "AddBackward", {&a, &b},
+                [](const Needs&) { return [](const Tensor& g) -> Grads { return {g, g}; }; });
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return record<0>(ops::sub(a, b), "SubBackward",
-                   [](const Tensor& g, const auto&, double) { return grads_of(g, ops::neg(g)); }, {&a, &b}, {});
+  return record(ops::sub(a, b), "SubBackward", {&a, &b},
+                [](const Needs&) { return [](const Tensor& g) -> Grads { return {g, ops::neg(g)}; }; });
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return record<2>(ops::mul(a, b), "MulBackward",
-                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::mul(g, s[1]), ops::mul(g, s[0])); },
-                   {&a, &b}, {a, b});
+  return record(ops::mul(a, b), "MulBackward", {&a, &b}, [&](const Needs&) {
+    return [a = saved(a), b = saved(b)](const Tensor& g) -> Grads { return {ops::mul(g, b), ops::mul(g, a)}; };
+  });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
-  return record<2>(ops::div(a, b), "DivBackward",
-                   [](const Tensor& g, const auto& s, double) {
-                     Tensor ga = ops::div(g, s[1]);
-                     return grads_of(ga, ops::neg(ops::div(ops::mul(ga, s[0]), s[1])));
-                   },
-                   {&a, &b}, {a, b});
+  return record(ops::div(a, b), "DivBackward", {&a, &b}, [&](const Needs&) {
+    return [a = saved(a), b = saved(b)](const Tensor& g) -> Grads {
+      Tensor ga = ops::div(g, b);
+      return {ga, ops::neg(ops::div(ops::mul(ga, a), b))};
+    };
+  });
 }
 Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor out = ops::pow(a, b);
-  return record<3>(out, "PowBackward",
-                   [](const Tensor& g, const auto& s, double) {
-                     // d/da = b a^(b-1); d/db = a^b log a (0 where a == 0, as torch).
-                     Tensor ga = ops::mul(g, ops::mul(s[1], ops::pow(s[0], ops::sub(s[1], 1.0))));
-                     Tensor loga = ops::where(ops::eq(s[0], 0.0), zeros_like(s[0]), ops::log(s[0]));
-                     return grads_of(ga, ops::mul(g, ops::mul(s[2], loga)));
-                   },
-                   {&a, &b}, {a, b, out});
-}
-static std::vector<Tensor> minmax_backward(const Tensor& g, const std::array<Tensor, 2>& s, bool is_max) {
-  // Ties split the gradient evenly, like torch.
-  Tensor a_wins = is_max ? ops::gt(s[0], s[1]) : ops::lt(s[0], s[1]);
-  Tensor tie = ops::eq(s[0], s[1]);
-  Tensor wa = ops::add(ops::where(a_wins, ones({}), zeros({})), ops::where(tie, full({}, 0.5), zeros({})));
-  return grads_of(ops::mul(g, wa), ops::mul(g, ops::rsub(wa, 1.0)));
+  return record(out, "PowBackward", {&a, &b}, [&](const Needs&) {
+    return [a = saved(a), b = saved(b), out = saved(out)](const Tensor& g) -> Grads {
+      // d/da = b a^(b-1); d/db = a^b log a (0 where a == 0, as torch).
+      Tensor ga = ops::mul(g, ops::mul(b, ops::pow(a, ops::sub(b, 1.0))));
+      Tensor loga = ops::where(ops::eq(a, 0.0), zeros_like(a), ops::log(a));
+      return {ga, ops::mul(g, ops::mul(out, loga))};
+    };
+  });
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return record<2>(ops::maximum(a, b), "MaximumBackward",
-                   [](const Tensor& g, const auto& s, double) { return minmax_backward(g, s, true); }, {&a, &b},
-                   {a, b});
+  return record(ops::maximum(a, b), "MaximumBackward", {&a, &b}, [&](const Needs&) {
+    return [a = saved(a), b = saved(b)](const Tensor& g) { return minmax_backward(g, a, b, true); };
+  });
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return record<2>(ops::minimum(a, b), "MinimumBackward",
-                   [](const Tensor& g, const auto& s, double) { return minmax_backward(g, s, false); }, {&a, &b},
-                   {a, b});
+  return record(ops::minimum(a, b), "MinimumBackward", {&a, &b}, [&](const Needs&) {
+    return [a = saved(a), b = saved(b)](const Tensor& g) { return minmax_backward(g, a, b, false); };
+  });
 }
 
 Tensor add(const Tensor& a, double b) {
-  return record<0>(ops::add(a, b), "AddBackward", [](const Tensor& g, const auto&, double) { return grads_of(g); },
-                   {&a}, {});
+  return record(ops::add(a, b), "AddBackward", {&a}, [](const Needs&) { return [](const Tensor& g) { return g; }; });
 }
 Tensor sub(const Tensor& a, double b) { return add(a, -b); }
 Tensor rsub(const Tensor& a, double b) {
-  return record<0>(ops::rsub(a, b), "RsubBackward",
-                   [](const Tensor& g, const auto&, double) { return grads_of(ops::neg(g)); }, {&a}, {});
+  return record(ops::rsub(a, b), "RsubBackward", {&a},
+                [](const Needs&) { return [](const Tensor& g) { return ops::neg(g); }; });
 }
 Tensor mul(const Tensor& a, double b) {
-  return record<0>(ops::mul(a, b), "MulBackward",
-                   [](const Tensor& g, const auto&, double k) { return grads_of(ops::mul(g, k)); }, {&a}, {}, b);
+  return record(ops::mul(a, b), "MulBackward", {&a},
+                [b](const Needs&) { return [b](const Tensor& g) { return ops::mul(g, b); }; });
 }
 Tensor div(const Tensor& a, double b) {
-  return record<0>(ops::div(a, b), "DivBackward",
-                   [](const Tensor& g, const auto&, double k) { return grads_of(ops::div(g, k)); }, {&a}, {}, b);
+  return record(ops::div(a, b), "DivBackward", {&a},
+                [b](const Needs&) { return [b](const Tensor& g) { return ops::div(g, b); }; });
 }
 Tensor pow(const Tensor& a, double e) {
-  return record<1>(ops::pow(a, e), "PowBackward",
-                   [](const Tensor& g, const auto& s, double k) {
-                     return grads_of(ops::mul(g, ops::mul(ops::pow(s[0], k - 1.0), k)));
-                   },
-                   {&a}, {a}, e);
+  return record(ops::pow(a, e), "PowBackward", {&a}, [&](const Needs&) {
+    return [a = saved(a), e](const Tensor& g) { return ops::mul(g, ops::mul(ops::pow(a, e - 1.0), e)); };
+  });
 }
 
 Tensor neg(const Tensor& x) {
-  return record<0>(ops::neg(x), "NegBackward", [](const Tensor& g, const auto&, double) { return grads_of(ops::neg(g)); },
-                   {&x}, {});
+  return record(ops::neg(x), "NegBackward", {&x},
+                [](const Needs&) { return [](const Tensor& g) { return ops::neg(g); }; });
 }
 Tensor abs(const Tensor& x) {
-  return record<1>(ops::abs(x), "AbsBackward",
-                   [](const Tensor& g, const auto& s, double) {
-                     Tensor sign = ops::sub(ops::gt(s[0], 0.0).to(g.dtype()), ops::lt(s[0], 0.0).to(g.dtype()));
-                     return grads_of(ops::mul(g, sign));
-                   },
-                   {&x}, {x});
+  return record(ops::abs(x), "AbsBackward", {&x}, [&](const Needs&) {
+    return [x = saved(x)](const Tensor& g) {
+      Tensor sign = ops::sub(ops::gt(x, 0.0).to(g.dtype()), ops::lt(x, 0.0).to(g.dtype()));
+      return ops::mul(g, sign);
+    };
+  });
 }
 Tensor exp(const Tensor& x) {
   Tensor out = ops::exp(x);
-  return record<1>(out, "ExpBackward", [](const Tensor& g, const auto& s, double) { return grads_of(ops::mul(g, s[0])); },
-                   {&x}, {out});
+  return record(out, "ExpBackward", {&x},
+                [&](const Needs&) { return [out = saved(out)](const Tensor& g) { return ops::mul(g, out); }; });
 }
 Tensor log(const Tensor& x) {
-  return record<1>(ops::log(x), "LogBackward",
-                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::div(g, s[0])); }, {&x}, {x});
+  return record(ops::log(x), "LogBackward", {&x},
+                [&](const Needs&) { return [x = saved(x)](const Tensor& g) { return ops::div(g, x); }; });
 }
 Tensor sqrt(const Tensor& x) {
   Tensor out = ops::sqrt(x);
-  return record<1>(out, "SqrtBackward",
-                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::div(ops::mul(g, 0.5), s[0])); },
-                   {&x}, {out});
+  return record(out, "SqrtBackward", {&x}, [&](const Needs&) {
+    return [out = saved(out)](const Tensor& g) { return ops::div(ops::mul(g, 0.5), out); };
+  });
 }
 Tensor rsqrt(const Tensor& x) {
   Tensor out = ops::rsqrt(x);
-  return record<1>(out, "RsqrtBackward",
-                   [](const Tensor& g, const auto& s, double) {
-                     // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
-                     return grads_of(ops::mul(g, ops::mul(ops::mul(ops::square(s[0]), s[0]), -0.5)));
-                   },
-                   {&x}, {out});
+  return record(out, "RsqrtBackward", {&x}, [&](const Needs&) {
+    // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
+    return [out = saved(out)](const Tensor& g) { return ops::mul(g, ops::mul(ops::mul(ops::square(out), out), -0.5)); };
+  });
 }
 Tensor square(const Tensor& x) {
-  return record<1>(ops::square(x), "SquareBackward",
-                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::mul(g, ops::mul(s[0], 2.0))); },
-                   {&x}, {x});
+  return record(ops::square(x), "SquareBackward", {&x},
+                [&](const Needs&) { return [x = saved(x)](const Tensor& g) { return ops::mul(g, ops::mul(x, 2.0)); }; });
 }
 Tensor tanh(const Tensor& x) {
   Tensor out = ops::tanh(x);
-  return record<1>(out, "TanhBackward",
-                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::mul(g, ops::rsub(ops::square(s[0]), 1.0))); },
-                   {&x}, {out});
+  return record(out, "TanhBackward", {&x}, [&](const Needs&) {
+    return [out = saved(out)](const Tensor& g) { return ops::mul(g, ops::rsub(ops::square(out), 1.0)); };
+  });
 }
 Tensor sigmoid(const Tensor& x) {
   Tensor out = ops::sigmoid(x);
-  return record<1>(out, "SigmoidBackward",
-                   [](const Tensor& g, const auto& s, double) {
-                     return grads_of(ops::mul(g, ops::mul(s[0], ops::rsub(s[0], 1.0))));
-                   },
-                   {&x}, {out});
+  return record(out, "SigmoidBackward", {&x}, [&](const Needs&) {
+    return [out = saved(out)](const Tensor& g) { return ops::mul(g, ops::mul(out, ops::rsub(out, 1.0))); };
+  });
 }
 Tensor relu(const Tensor& x) {
   Tensor out = ops::relu(x);
-  return record<1>(out, "ReluBackward",
-                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::mul(g, ops::gt(s[0], 0.0).to(g.dtype()))); },
-                   {&x}, {out});
+  return record(out, "ReluBackward", {&x}, [&](const Needs&) {
+    return [out = saved(out)](const Tensor& g) { return ops::mul(g, ops::gt(out, 0.0).to(g.dtype())); };
+  });
 }
 
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   // One fused kernel per backward (ops::gelu_*_backward) on either device.
   if (approximate == GeluApproximate::tanh) {
-    return record<1>(
-        ops::gelu_tanh(x), "GeluTanhBackward",
-        [](const Tensor& g, const auto& s, double) { return grads_of(ops::gelu_tanh_backward(g, s[0])); }, {&x}, {x});
+    return record(ops::gelu_tanh(x), "GeluTanhBackward", {&x}, [&](const Needs&) {
+      return [x = saved(x)](const Tensor& g) { return ops::gelu_tanh_backward(g, x); };
+    });
   }
-  return record<1>(ops::gelu_erf(x), "GeluBackward",
-                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::gelu_erf_backward(g, s[0])); },
-                   {&x}, {x});
+  return record(ops::gelu_erf(x), "GeluBackward", {&x},
+                [&](const Needs&) { return [x = saved(x)](const Tensor& g) { return ops::gelu_erf_backward(g, x); }; });
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  return record<1>(ops::where(cond, a, b), "WhereBackward",
-                   [](const Tensor& g, const auto& s, double) {
-                     Tensor z = zeros({}, g.dtype());
-                     return grads_of(Tensor(), ops::where(s[0], g, z), ops::where(s[0], z, g));
-                   },
-                   {&cond, &a, &b}, {cond});
+  return record(ops::where(cond, a, b), "WhereBackward", {&cond, &a, &b}, [&](const Needs&) {
+    return [cond = saved(cond)](const Tensor& g) -> Grads {
+      Tensor z = zeros({}, g.dtype());
+      return {Tensor(), ops::where(cond, g, z), ops::where(cond, z, g)};
+    };
+  });
 }
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  return record<1>(ops::masked_fill(x, mask, value), "MaskedFillBackward",
-                   [](const Tensor& g, const auto& s, double) { return grads_of(ops::masked_fill(g, s[0], 0.0)); },
-                   {&x}, {mask});
+  return record(ops::masked_fill(x, mask, value), "MaskedFillBackward", {&x}, [&](const Needs&) {
+    return [mask = saved(mask)](const Tensor& g) { return ops::masked_fill(g, mask, 0.0); };
+  });
 }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

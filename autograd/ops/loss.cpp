@@ -1,14 +1,9 @@
-// Differentiable losses: cross_entropy on the fused raw ops of core/ops/cross_entropy.h (torch's
-// ignore_index, label_smoothing and reduction semantics; CPU and CUDA alike) and mse_loss. The
-// forward saves the logits and each row's logsumexp; the backward writes its (N, C) gradient
-// once, in the logits' dtype.
-#include <kiln/autograd/ops/functional.h>
+// Differentiable mse_loss, composed of raw elementwise ops and reductions; the node saves only
+// input - target.
+#include <kiln/autograd/ops/loss.h>
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
-#include <kiln/core/autocast.h>
-#include <kiln/core/factory.h>
-#include <kiln/core/ops/cross_entropy.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/reduce.h>
 
@@ -25,97 +20,7 @@ const char* reduction_name(Reduction r) {
   return "?";
 }
 
-// Per-row loss (N,) -> the requested reduction; `lead` is the shape of Reduction::none. `count`
-// (0-dim i64) stays where it is: on CUDA the mean divides on the device, no host read.
-Tensor reduce_rows(const Tensor& rows, Reduction reduction, const Shape& lead, const Tensor& count) {
-  switch (reduction) {
-    case Reduction::none: return rows.reshape(lead);
-    case Reduction::sum: return ops::sum(rows);
-    case Reduction::mean: return ops::div(ops::sum(rows), count.to(rows.dtype()));  // count 0 gives nan, as torch
-  }
-  KILN_UNREACHABLE("unknown reduction ", static_cast<int>(reduction));
-  return Tensor();
-}
-
-class CrossEntropyBackward final : public autograd::OpNode {
- public:
-  Tensor logits;   // (N, C) as the forward saw them
-  Tensor targets;  // (N,) i64 or i32
-  Tensor lse;      // (N,) logsumexp of each row, from the forward
-  int64_t ignore_index = -100;
-  Tensor count;  // 0-dim i64, the forward's (on the logits' device)
-  double label_smoothing = 0;
-  Reduction reduction = Reduction::mean;
-  std::string name() const override { return "CrossEntropyBackward"; }
-  void release_saved() override { logits = targets = lse = count = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return {Tensor()};
-    // none: one gradient per row; sum: the same for every row; mean: that over the counted rows.
-    const Tensor grad_loss = reduction == Reduction::none ? g[0].reshape({logits.size(0)}) : g[0];
-    Tensor grad = ops::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, 1.0,
-                                              reduction == Reduction::mean ? count : Tensor());
-    return {input_grad(0, grad.reshape(input_info[0].shape))};
-  }
-};
-
-class MseLossBackward final : public autograd::OpNode {
- public:
-  Tensor diff;  // input - target
-  Reduction reduction = Reduction::mean;
-  std::string name() const override { return "MseLossBackward"; }
-  void release_saved() override { diff = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return std::vector<Tensor>(next_edges.size());
-    double scale = 2.0;
-    if (reduction == Reduction::mean) scale /= double(diff.numel());
-    Tensor gi = ops::mul(diff, ops::mul(g[0], scale));
-    return {input_grad(0, gi), input_grad(1, ops::neg(gi))};
-  }
-};
-
 }  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
-  check_defined(logits, "cross_entropy", "logits");
-  check_defined(targets, "cross_entropy", "targets");
-  KILN_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating, got ", logits.dtype());
-  KILN_CHECK(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
-             "cross_entropy: targets must be i64 or i32 class indices, got ", targets.dtype());
-  KILN_CHECK(logits.dim() >= 1 && logits.size(-1) >= 1,
-             "cross_entropy: logits must be (..., C) with C >= 1, got shape ", logits.shape());
-  const double ls = options.label_smoothing_;
-  KILN_CHECK(ls >= 0.0 && ls <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ", ls);
-  const int64_t c = logits.size(-1);
-  const Shape lead(logits.shape().begin(), logits.shape().end() - 1);
-  const int64_t n = shape_numel(lead);
-  KILN_CHECK(targets.shape() == lead || (targets.dim() == 1 && targets.numel() == n),
-             "cross_entropy: targets of shape ", targets.shape(), " do not match logits of shape ", logits.shape(),
-             " (expected ", lead, " or [", n, "])");
-  // Under autocast the loss is f32 (Note [Autocast op lists]). The fused kernels already compute
-  // 16-bit logits in float, so the logits are not cast: no f32 copy of an (N, C) tensor.
-  const bool low = logits.dtype() == DType::bf16 || logits.dtype() == DType::f16;
-  const DType out_dtype = autocast_enabled() && low ? DType::f32 : logits.dtype();
-
-  // Every CrossEntropyOptions option (ignore_index, label_smoothing, each reduction) is fused in
-  // the raw ops on both devices, so no option falls back to a composed path. Targets are moved to
-  // the logits' device (they may come from a CPU batch), as the host-side check used to allow.
-  const Tensor rows_logits = autograd::saved(logits).reshape({n, c});
-  const Tensor rows_targets = targets.to(logits.device()).reshape({n});
-  ops::CrossEntropyResult r = ops::cross_entropy_forward(rows_logits, rows_targets, options.ignore_index_, ls);
-  Tensor out = reduce_rows(r.loss, options.reduction_, lead, r.count).to(out_dtype);
-
-  if (auto node = autograd::make_node<CrossEntropyBackward>({&logits})) {
-    node->logits = rows_logits;
-    node->targets = rows_targets;
-    node->lse = r.lse;
-    node->ignore_index = options.ignore_index_;
-    node->count = r.count;
-    node->label_smoothing = ls;
-    node->reduction = options.reduction_;
-    autograd::set_history(out, node);
-  }
-  return out;
-}
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   // f32 under autocast (Note [Autocast op lists]).
@@ -129,12 +34,14 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
   Tensor diff = ops::sub(autograd::saved(input), autograd::saved(target));
   Tensor sq = ops::square(diff);
   Tensor out = reduction == Reduction::none ? sq : reduction == Reduction::sum ? ops::sum(sq) : ops::mean(sq);
-  if (auto node = autograd::make_node<MseLossBackward>({&input, &target})) {
-    node->diff = diff;
-    node->reduction = reduction;
-    autograd::set_history(out, node);
-  }
-  return out;
+  return autograd::record(out, "MseLossBackward", {&input, &target}, [&](const autograd::Needs&) {
+    return [diff, reduction](const Tensor& g) {
+      double scale = 2.0;
+      if (reduction == Reduction::mean) scale /= double(diff.numel());
+      Tensor gi = ops::mul(diff, ops::mul(g, scale));
+      return autograd::Grads{gi, ops::neg(gi)};
+    };
+  });
 }
 
 }  // namespace kiln

@@ -10,6 +10,8 @@
 
 namespace kiln {
 
+using autograd::Grads;
+using autograd::Needs;
 using autograd::OpNode;
 using autograd::saved;
 
@@ -18,71 +20,34 @@ namespace {
 // The last two dims swapped (a view).
 Tensor mT(const Tensor& t) { return t.transpose(t.dim() - 2, t.dim() - 1); }
 
-class MatmulBackward final : public OpNode {
- public:
-  explicit MatmulBackward(const char* name) : name_(name) {}
-  Tensor a, b;  // a is kept only when b needs a gradient, and b only when a does
-  std::string name() const override { return name_; }
-  void release_saved() override { a = b = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    const Tensor& g = grads[0];
-    if (!g.defined()) return {Tensor(), Tensor()};
-    // Promote 1-D operands (a row on the left, a column on the right) and give g back the dims
-    // the forward removed, so that everything below is a (batched) matrix product.
-    const Shape& a_shape = input_info[0].shape;
-    const Shape& b_shape = input_info[1].shape;
-    Tensor g2 = g;
-    if (b_shape.ndim() == 1) g2 = g2.unsqueeze(g2.dim());
-    if (a_shape.ndim() == 1) g2 = g2.unsqueeze(g2.dim() - 1);
-    Tensor ga, gb;
-    if (needs_input_grad(0)) {
-      Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
-      ga = ops::matmul(g2, mT(b2));
-      ga = autograd::sum_to(ga, a_shape.ndim() == 1 ? Shape{1, a_shape[0]} : a_shape).reshape(a_shape);
-    }
-    if (needs_input_grad(1)) {
-      Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
-      gb = ops::matmul(mT(a2), g2);
-      gb = autograd::sum_to(gb, b_shape.ndim() == 1 ? Shape{b_shape[0], 1} : b_shape).reshape(b_shape);
-    }
-    return {input_grad(0, ga), input_grad(1, gb)};
-  }
-
- private:
-  const char* name_;
-};
-
+// One backward for matmul, bmm and mm.
 Tensor record_product(Tensor out, const char* name, const Tensor& a, const Tensor& b) {
-  if (auto node = autograd::make_node<MatmulBackward>({&a, &b}, name)) {
-    if (node->needs_input_grad(1)) node->a = saved(a);
-    if (node->needs_input_grad(0)) node->b = saved(b);
-    autograd::set_history(out, node);
-  }
-  return out;
+  return autograd::record(std::move(out), name, {&a, &b}, [&](const Needs& needs) {
+    // a is kept only when b needs a gradient, and b only when a does.
+    return [a = needs[1] ? saved(a) : Tensor(), b = needs[0] ? saved(b) : Tensor()](const Tensor& g,
+                                                                                    const OpNode& node) -> Grads {
+      // Promote 1-D operands (a row on the left, a column on the right) and give g back the dims
+      // the forward removed, so that everything below is a (batched) matrix product.
+      const Shape& a_shape = node.input_info[0].shape;
+      const Shape& b_shape = node.input_info[1].shape;
+      Tensor g2 = g;
+      if (b_shape.ndim() == 1) g2 = g2.unsqueeze(g2.dim());
+      if (a_shape.ndim() == 1) g2 = g2.unsqueeze(g2.dim() - 1);
+      Tensor ga, gb;
+      if (node.needs_input_grad(0)) {
+        Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+        ga = ops::matmul(g2, mT(b2));
+        ga = autograd::sum_to(ga, a_shape.ndim() == 1 ? Shape{1, a_shape[0]} : a_shape).reshape(a_shape);
+      }
+      if (node.needs_input_grad(1)) {
+        Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+        gb = ops::matmul(mT(a2), g2);
+        gb = autograd::sum_to(gb, b_shape.ndim() == 1 ? Shape{b_shape[0], 1} : b_shape).reshape(b_shape);
+      }
+      return {ga, gb};
+    };
+  });
 }
-
-// x (..., in), weight (out, in), bias (out) or undefined.
-class LinearBackward final : public OpNode {
- public:
-  Tensor x, weight;  // x is kept only when weight needs a gradient, weight only when x does
-  std::string name() const override { return "LinearBackward"; }
-  void release_saved() override { x = weight = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    const Tensor& g = grads[0];  // (..., out)
-    if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
-    Tensor gx, gw, gb;
-    if (needs_input_grad(0)) gx = ops::matmul(g, weight);  // (..., in)
-    if (needs_input_grad(1)) {
-      // Every leading dim is a batch dim: fold them into rows and contract over them.
-      const Shape& w_shape = input_info[1].shape;
-      Tensor g2 = g.reshape({-1, w_shape[0]});  // (N, out)
-      Tensor x2 = x.reshape({-1, w_shape[1]});  // (N, in)
-      gw = ops::mm(g2.t(), x2);                     // (out, in)
-    }
-    if (needs_input_grad(2)) gb = g;  // summed over the leading dims by input_grad
-    return {input_grad(0, gx), input_grad(1, gw), input_grad(2, gb)};
-  }
-};
 
 }  // namespace
 
@@ -104,12 +69,23 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const Tensor x = autograd::autocast_to_low(x_in), weight = autograd::autocast_to_low(weight_in),
                bias = autograd::autocast_to_low(bias_in);
   Tensor out = ops::linear(x, weight, bias);
-  if (auto node = autograd::make_node<LinearBackward>({&x, &weight, &bias})) {
-    if (node->needs_input_grad(1)) node->x = saved(x);
-    if (node->needs_input_grad(0)) node->weight = saved(weight);
-    autograd::set_history(out, node);
-  }
-  return out;
+  // x (..., in), weight (out, in), bias (out) or undefined.
+  return autograd::record(out, "LinearBackward", {&x, &weight, &bias}, [&](const Needs& needs) {
+    // x is kept only when weight needs a gradient, weight only when x does.
+    return [x = needs[1] ? saved(x) : Tensor(), weight = needs[0] ? saved(weight) : Tensor()](
+               const Tensor& g, const OpNode& node) -> Grads {  // g (..., out)
+      Tensor gx, gw;
+      if (node.needs_input_grad(0)) gx = ops::matmul(g, weight);  // (..., in)
+      if (node.needs_input_grad(1)) {
+        // Every leading dim is a batch dim: fold them into rows and contract over them.
+        const Shape& w_shape = node.input_info[1].shape;
+        Tensor g2 = g.reshape({-1, w_shape[0]});  // (N, out)
+        Tensor x2 = x.reshape({-1, w_shape[1]});  // (N, in)
+        gw = ops::mm(g2.t(), x2);                 // (out, in)
+      }
+      return {gx, gw, g};  // the bias gradient is g summed over the leading dims by input_grad
+    };
+  });
 }
 
 }  // namespace kiln

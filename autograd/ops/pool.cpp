@@ -1,6 +1,6 @@
 // Differentiable 2-D pooling: max (routing gradients through the argmax indices the raw op
 // returns), average and adaptive average, each a raw kiln::ops kernel plus its backward kernel.
-#include <kiln/autograd/ops/conv.h>
+#include <kiln/autograd/ops/pool.h>
 
 #include <kiln/autograd/function.h>
 #include <kiln/core/ops/pool.h>
@@ -9,79 +9,38 @@ namespace kiln {
 
 namespace {
 
-// Shared shape of the three nodes: one input, gradient = backward kernel of (grad, input shape).
-class PoolBackward : public autograd::OpNode {
- public:
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    if (!grads[0].defined() || !needs_input_grad(0)) return {Tensor()};
-    return {input_grad(0, backward(grads[0].to(input_info[0].dtype), input_info[0].shape))};
-  }
-
- protected:
-  virtual Tensor backward(const Tensor& g, const Shape& input_shape) const = 0;
-};
-
-class MaxPool2dBackward final : public PoolBackward {
- public:
-  Tensor indices;  // (N, C, OH, OW) i64: flat argmax within each input plane
-  std::string name() const override { return "MaxPool2dBackward"; }
-  void release_saved() override { indices = Tensor(); }
-
- protected:
-  Tensor backward(const Tensor& g, const Shape& input_shape) const override {
-    return ops::max_pool2d_backward(g, indices, input_shape);
-  }
-};
-
-class AvgPool2dBackward final : public PoolBackward {
- public:
-  AvgPool2dBackward(Size2 kernel, std::optional<Size2> stride, Size2 padding)
-      : kernel_(kernel), stride_(stride), padding_(padding) {}
-  std::string name() const override { return "AvgPool2dBackward"; }
-
- protected:
-  Tensor backward(const Tensor& g, const Shape& input_shape) const override {
-    return ops::avg_pool2d_backward(g, input_shape, kernel_, stride_, padding_);
-  }
-
- private:
-  Size2 kernel_;
-  std::optional<Size2> stride_;
-  Size2 padding_;
-};
-
-class AdaptiveAvgPool2dBackward final : public PoolBackward {
- public:
-  std::string name() const override { return "AdaptiveAvgPool2dBackward"; }
-
- protected:
-  Tensor backward(const Tensor& g, const Shape& input_shape) const override {
-    return ops::adaptive_avg_pool2d_backward(g, input_shape);
-  }
-};
+// The three pools share one backward shape: one input, gradient = backward kernel of (g in the
+// input's dtype, input shape).
+template <class Kernel>
+Tensor record_pool(Tensor out, const char* name, const Tensor& x, Kernel kernel) {
+  return autograd::record(std::move(out), name, {&x}, [&](const autograd::Needs&) {
+    return [kernel](const Tensor& g, const autograd::OpNode& node) {
+      const autograd::OpNode::InputInfo& in = node.input_info[0];
+      return kernel(g.to(in.dtype), in.shape);
+    };
+  });
+}
 
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Size2 padding) {
   ops::MaxPool2dResult r = ops::max_pool2d(x, kernel, stride, padding);
-  if (auto node = autograd::make_node<MaxPool2dBackward>({&x})) {
-    node->indices = r.indices;
-    autograd::set_history(r.out, node);
-  }
-  return r.out;
+  // indices (N, C, OH, OW) i64: flat argmax within each input plane
+  return record_pool(r.out, "MaxPool2dBackward", x, [indices = r.indices](const Tensor& g, const Shape& shape) {
+    return ops::max_pool2d_backward(g, indices, shape);
+  });
 }
 
 Tensor avg_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Size2 padding) {
-  Tensor out = ops::avg_pool2d(x, kernel, stride, padding);
-  if (auto node = autograd::make_node<AvgPool2dBackward>({&x}, kernel, stride, padding))
-    autograd::set_history(out, node);
-  return out;
+  return record_pool(ops::avg_pool2d(x, kernel, stride, padding), "AvgPool2dBackward", x,
+                     [kernel, stride, padding](const Tensor& g, const Shape& shape) {
+                       return ops::avg_pool2d_backward(g, shape, kernel, stride, padding);
+                     });
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
-  Tensor out = ops::adaptive_avg_pool2d(x, output_size);
-  if (auto node = autograd::make_node<AdaptiveAvgPool2dBackward>({&x})) autograd::set_history(out, node);
-  return out;
+  return record_pool(ops::adaptive_avg_pool2d(x, output_size), "AdaptiveAvgPool2dBackward", x,
+                     [](const Tensor& g, const Shape& shape) { return ops::adaptive_avg_pool2d_backward(g, shape); });
 }
 
 }  // namespace kiln

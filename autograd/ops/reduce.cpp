@@ -4,30 +4,20 @@
 #include <kiln/autograd/ops/reduce.h>
 
 #include <algorithm>
-#include <functional>
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
-#include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/index.h>
 #include <kiln/core/ops/reduce.h>
 
 namespace kiln {
 
-using autograd::OpNode;
+using autograd::Needs;
+using autograd::record;
 using autograd::saved;
 
 namespace {
-
-// Records `out` = op(x) with the one-input backward g -> grad that make_fn() builds (called only
-// when a gradient is needed).
-template <class MakeFn>
-Tensor record(Tensor out, const char* name, const Tensor& x, MakeFn make_fn) {
-  return autograd::record(std::move(out), name, {x}, [&] {
-    return [fn = make_fn()](const Tensor& g, const OpNode&) { return std::vector<Tensor>{fn(g)}; };
-  });
-}
 
 // The reduced dims wrapped to [0, ndim) and sorted; an empty list means every dim (as kiln::ops).
 std::vector<int64_t> reduced_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op) {
@@ -60,7 +50,7 @@ int64_t reduced_count(const Shape& shape, const std::vector<int64_t>& sorted_dim
 
 Tensor sum(const Tensor& x_in) {
   const Tensor x = autograd::autocast_to_f32(x_in);
-  return record(ops::sum(x), "SumBackward", x, [shape = x.shape()] {
+  return record(ops::sum(x), "SumBackward", {&x}, [shape = x.shape()](const Needs&) {
     return [shape](const Tensor& g) { return g.expand(shape); };
   });
 }
@@ -68,7 +58,7 @@ Tensor sum(const Tensor& x_in) {
 Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
   const Tensor x = autograd::autocast_to_f32(x_in);
   Tensor out = ops::sum(x, dims, keepdim);
-  return record(out, "SumBackward", x, [&] {
+  return record(out, "SumBackward", {&x}, [&](const Needs&) {
     return [shape = x.shape(), d = reduced_dims(dims, x.dim(), "sum"), keepdim](const Tensor& g) {
       return restore_dims(g, d, shape.ndim(), keepdim).expand(shape);
     };
@@ -77,7 +67,7 @@ Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
 
 Tensor mean(const Tensor& x_in) {
   const Tensor x = autograd::autocast_to_f32(x_in);
-  return record(ops::mean(x), "MeanBackward", x, [shape = x.shape()] {
+  return record(ops::mean(x), "MeanBackward", {&x}, [shape = x.shape()](const Needs&) {
     return [shape](const Tensor& g) { return ops::div(g, double(shape_numel(shape))).expand(shape); };
   });
 }
@@ -85,7 +75,7 @@ Tensor mean(const Tensor& x_in) {
 Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
   const Tensor x = autograd::autocast_to_f32(x_in);
   Tensor out = ops::mean(x, dims, keepdim);
-  return record(out, "MeanBackward", x, [&] {
+  return record(out, "MeanBackward", {&x}, [&](const Needs&) {
     std::vector<int64_t> d = reduced_dims(dims, x.dim(), "mean");
     double n = double(reduced_count(x.shape(), d));
     return [shape = x.shape(), d, n, keepdim](const Tensor& g) {
@@ -97,7 +87,7 @@ Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) 
 Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
   const Tensor x = autograd::autocast_to_f32(x_in);
   Tensor out = ops::var(x, dims, correction, keepdim);
-  return record(out, "VarBackward", x, [&] {
+  return record(out, "VarBackward", {&x}, [&](const Needs&) {
     // d var / dx = 2 (x - mean) / (n - correction)
     std::vector<int64_t> d = reduced_dims(dims, x.dim(), "var");
     double denom = double(reduced_count(x.shape(), d) - correction);
@@ -111,14 +101,14 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
 
 MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
   ops::ValuesIndices r = ops::max(x, dim, keepdim);
-  r.values = record(r.values, "MaxBackward", x, [&] {
+  r.values = record(r.values, "MaxBackward", {&x}, [&](const Needs&) {
     // The gradient lands on the arg-max of each slice (scatter along dim).
     int64_t d = wrap_dim(dim, x.dim(), "max");
-    return [shape = x.shape(), device = x.device(), d, keepdim, idx = r.indices](const Tensor& g) {
-      if (shape.ndim() == 0) return g;
+    return [d, keepdim, idx = r.indices](const Tensor& g, const autograd::OpNode& node) {
+      if (node.input_info[0].shape.ndim() == 0) return g;
       Tensor gk = keepdim ? g : g.unsqueeze(d);
       Tensor ik = keepdim ? idx : idx.unsqueeze(d);
-      Tensor gin = zeros(shape, TensorOptions(g.dtype()).device(device));
+      Tensor gin = node.input_zeros(0, g.dtype());
       ops::scatter_add_(gin, d, ik, gk.contiguous());
       return gin;
     };
@@ -128,7 +118,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   Tensor out = ops::amax(x, dims, keepdim);
-  return record(out, "AmaxBackward", x, [&] {
+  return record(out, "AmaxBackward", {&x}, [&](const Needs&) {
     // Every element equal to its slice's maximum gets g / (number of such elements).
     std::vector<int64_t> d = reduced_dims(dims, x.dim(), "amax");
     Tensor out_k = restore_dims(out, d, x.dim(), keepdim);

@@ -1,6 +1,6 @@
 // Differentiable softmax and log_softmax: the raw kernels from kiln::ops, with backward nodes that
 // keep only the output (both gradients are functions of it, not of the input).
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/softmax.h>
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
@@ -10,33 +10,16 @@ namespace kiln {
 
 namespace {
 
-// softmax: grad_in = out * (g - sum(g * out)); log_softmax: grad_in = g - exp(out) * sum(g).
-class SoftmaxBackward final : public autograd::OpNode {
- public:
-  SoftmaxBackward(bool log, int64_t dim) : log_(log), dim_(dim) {}
-  Tensor out;
-  std::string name() const override { return log_ ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
-  void release_saved() override { out = Tensor(); }
-  std::vector<Tensor> apply(std::vector<Tensor>&& g) override {
-    if (!g[0].defined()) return {Tensor()};
-    Tensor go = g[0].to(out.dtype());
-    Tensor gi = log_ ? ops::log_softmax_backward(go, out, dim_) : ops::softmax_backward(go, out, dim_);
-    return {input_grad(0, gi)};
-  }
-
- private:
-  bool log_;
-  int64_t dim_;
-};
-
 Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
   const Tensor x = autograd::autocast_to_f32(x_in);  // f32 under autocast (Note [Autocast op lists])
   Tensor out = log ? ops::log_softmax(x, dim) : ops::softmax(x, dim);
-  if (auto node = autograd::make_node<SoftmaxBackward>({&x}, log, dim)) {
-    node->out = autograd::saved(out);
-    autograd::set_history(out, node);
-  }
-  return out;
+  // softmax: grad_in = out * (g - sum(g * out)); log_softmax: grad_in = g - exp(out) * sum(g).
+  return autograd::record(out, log ? "LogSoftmaxBackward" : "SoftmaxBackward", {&x}, [&](const autograd::Needs&) {
+    return [out = autograd::saved(out), log, dim](const Tensor& g) {
+      Tensor go = g.to(out.dtype());
+      return log ? ops::log_softmax_backward(go, out, dim) : ops::softmax_backward(go, out, dim);
+    };
+  });
 }
 
 }  // namespace

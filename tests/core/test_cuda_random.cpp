@@ -3,7 +3,7 @@
 // and full match too. Skipped (exit 77) without a device.
 #include "test_util.h"
 
-#include <kiln/autograd/ops/functional.h>
+#include <kiln/autograd/ops/dropout.h>
 #include <kiln/core/cuda/kernels/random.h>
 
 #include <cstring>

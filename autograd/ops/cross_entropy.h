@@ -1,0 +1,21 @@
+// Differentiable cross entropy (a fused log-softmax + NLL).
+#pragma once
+
+#include <kiln/autograd/ops/loss.h>
+#include <kiln/core/tensor.h>
+
+namespace kiln {
+
+struct CrossEntropyOptions {
+  int64_t ignore_index_ = -100;
+  double label_smoothing_ = 0.0;
+  Reduction reduction_ = Reduction::mean;
+  CrossEntropyOptions& ignore_index(int64_t v) { ignore_index_ = v; return *this; }
+  CrossEntropyOptions& label_smoothing(double v) { label_smoothing_ = v; return *this; }
+  CrossEntropyOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+};
+// logits (N, C) (or (..., C), flattened), targets (N) of class ids: a fused log-softmax + NLL,
+// with torch's semantics for ignore_index (mean over non-ignored), label_smoothing and reduction.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
+
+}  // namespace kiln
