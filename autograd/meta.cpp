@@ -13,11 +13,14 @@ namespace autograd {
 
 AutogradMeta& ensure_meta(const Tensor& t) {
   KILN_CHECK(t.defined(), "autograd: undefined tensor");
-  if (!t.impl()->autograd) {
-    detail::autograd_derived_hook = &detail::record_derived;
-    t.impl()->autograd = std::make_shared<AutogradMeta>();
-  }
-  return *t.impl()->autograd;
+  // Core's derived-tensor hook, installed once before the first meta exists (a function-local
+  // static: thread-safe, and independent of static initialisation order). Readers load it
+  // atomically, so threads creating metas never race threads taking views.
+  static const bool hook_installed = (detail::install_autograd_derived_hook(&detail::record_derived), true);
+  (void)hook_installed;
+  TensorImpl* impl = t.impl();
+  if (impl->autograd_meta() == nullptr) impl->set_autograd_meta(std::make_shared<AutogradMeta>());
+  return *impl->autograd_meta();
 }
 
 std::shared_ptr<AccumulateGrad> grad_accumulator(const Tensor& leaf) {

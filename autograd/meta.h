@@ -25,7 +25,7 @@ struct AutogradMeta {
 namespace autograd {
 
 // The tensor's meta, or null.
-inline AutogradMeta* meta(const Tensor& t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
+inline AutogradMeta* meta(const Tensor& t) { return t.defined() ? t.impl()->autograd_meta() : nullptr; }
 // Creates the meta when missing (and installs core's derived-tensor hook on first use).
 AutogradMeta& ensure_meta(const Tensor& t);
 // Where the gradient of `t` goes: its grad_fn, its leaf accumulator, or nowhere.

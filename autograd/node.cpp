@@ -33,7 +33,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
   if (!g.defined()) return {};
   const Tensor& leaf = leaf_;
-  AutogradMeta& m = *leaf.impl()->autograd;
+  AutogradMeta& m = *leaf.impl()->autograd_meta();
   for (auto& hook : m.hooks)
     if (Tensor r = hook(g); r.defined()) g = r;
   KILN_CHECK(g.shape() == leaf.shape(), "backward: gradient of shape ", g.shape(), " for a leaf of shape ",

@@ -52,7 +52,7 @@ void Tensor::retain_grad() const {
   if (!m->grad_fn || m->retains_grad) return;
   m->retains_grad = true;
   // The hook holds the meta weakly: it must not keep the tensor's state alive.
-  m->grad_fn->retain_hooks[m->output_nr].push_back([meta = std::weak_ptr<AutogradMeta>(impl()->autograd)](
+  m->grad_fn->retain_hooks[m->output_nr].push_back([meta = impl()->weak_autograd_meta()](
                                                     const Tensor& g) {
     if (auto mm = meta.lock()) mm->grad = mm->grad.defined() ? ops::add(mm->grad, g) : g.clone();
     return Tensor();
@@ -61,6 +61,16 @@ void Tensor::retain_grad() const {
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   autograd::backward({*this}, {gradient}, retain_graph);
+}
+
+// As torch's VariableHooks::set_data: the same checks, then a shallow copy of the data fields.
+void Tensor::set_data(const Tensor& new_data) const {
+  check_defined(*this, "set_data", "tensor");
+  check_defined(new_data, "set_data", "new_data");
+  KILN_CHECK(!requires_grad() || is_floating(new_data.dtype()), "set_data: data set to a tensor that requires "
+             "grad must be floating point, got ", new_data.dtype(), " (shape ", new_data.shape(), ") for a tensor "
+             "of shape ", shape());
+  impl()->set_data(*new_data.impl());
 }
 
 }  // namespace kiln

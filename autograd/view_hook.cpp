@@ -1,7 +1,7 @@
 // Note [Autograd and core views]
 // Core's view and copy methods (reshape, transpose, slice, expand, to, clone, ...) know nothing of
 // gradients. When their input carries autograd state they call detail::autograd_derived_hook,
-// which kiln_autograd installs the first time a tensor gets such state; it records:
+// which kiln_autograd installs once, before the first tensor gets such state; it records:
 //   view:   gradient = zeros shaped like the input, with the view's slice of it set to g
 //           (the view is re-applied to the zeros by Derivation::replay);
 //   expand: gradient = g summed back to the input's shape;

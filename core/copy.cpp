@@ -84,8 +84,8 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
                    ? make_tensor(Storage::allocate_pinned(nbytes()), dtype(), shape(), contiguous_strides(shape()))
                    : empty(shape(), dtype(), device);
   out.copy_(*this, non_blocking);
-  if (impl()->autograd && detail::autograd_derived_hook)
-    return detail::autograd_derived_hook(*this, out, {detail::Derivation::Kind::copy, nullptr});
+  if (auto hook = impl()->autograd_meta() ? detail::autograd_derived_hook() : nullptr)
+    return hook(*this, out, {detail::Derivation::Kind::copy, nullptr});
   return out;
 }
 

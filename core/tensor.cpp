@@ -2,20 +2,58 @@
 #include <kiln/core/tensor.h>
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <optional>
 
 namespace kiln {
 
 namespace detail {
-AutogradDerivedHook autograd_derived_hook = nullptr;
+
+// Written once (install_autograd_derived_hook), read by every view of a tensor with autograd state.
+static std::atomic<AutogradDerivedHook> g_autograd_derived_hook{nullptr};
+
+void install_autograd_derived_hook(AutogradDerivedHook hook) {
+  KILN_ASSERT(hook != nullptr, "install_autograd_derived_hook: null hook");
+  AutogradDerivedHook expected = nullptr;
+  if (g_autograd_derived_hook.compare_exchange_strong(expected, hook, std::memory_order_acq_rel)) return;
+  KILN_ASSERT(expected == hook, "install_autograd_derived_hook: a different hook is already installed");
+}
+
+AutogradDerivedHook autograd_derived_hook() { return g_autograd_derived_hook.load(std::memory_order_acquire); }
+
+}  // namespace detail
+
+TensorImpl::TensorImpl(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Strides strides, int64_t offset)
+    : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)), offset_(offset),
+      dtype_(dtype) {
+  KILN_ASSERT(storage_ != nullptr, "TensorImpl: null storage");
+  KILN_ASSERT(shape_.size() == strides_.size(), "TensorImpl: shape ", shape_, " and strides ", strides_,
+              " differ in length");
+}
+
+void TensorImpl::set_data(const TensorImpl& src) {
+  if (&src == this) return;
+  storage_ = src.storage_;
+  shape_ = src.shape_;
+  strides_ = src.strides_;
+  offset_ = src.offset_;
+  dtype_ = src.dtype_;
+}
+
+void TensorImpl::set_autograd_meta(std::shared_ptr<AutogradMeta> meta) {
+  KILN_ASSERT(meta != nullptr, "set_autograd_meta: null meta");
+  KILN_ASSERT(autograd_ == nullptr, "set_autograd_meta: the tensor already has autograd state");
+  autograd_ = std::move(meta);
 }
 
 // Hands `out` to autograd when `in` carries autograd state; a no-op for plain tensors.
 template <class Replay>
 static Tensor derived(const Tensor& in, Tensor out, detail::Derivation::Kind kind, Replay&& replay) {
-  if (in.impl()->autograd == nullptr || detail::autograd_derived_hook == nullptr) [[likely]] return out;
-  return detail::autograd_derived_hook(in, std::move(out), {kind, std::forward<Replay>(replay)});
+  if (in.impl()->autograd_meta() == nullptr) [[likely]] return out;
+  auto hook = detail::autograd_derived_hook();
+  if (hook == nullptr) return out;
+  return hook(in, std::move(out), {kind, std::forward<Replay>(replay)});
 }
 constexpr auto kView = detail::Derivation::Kind::view;
 constexpr auto kExpand = detail::Derivation::Kind::expand;
@@ -23,13 +61,7 @@ constexpr auto kCopy = detail::Derivation::Kind::copy;
 constexpr auto kNoReplay = [](const Tensor& t) { return t; };
 
 Tensor make_tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Strides strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(storage);
-  impl->shape = std::move(shape);
-  impl->strides = std::move(strides);
-  impl->offset = offset;
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), dtype, std::move(shape), std::move(strides), offset));
 }
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
@@ -42,15 +74,17 @@ void check_defined(const Tensor& t, const char* op, const char* arg) {
   KILN_CHECK(t.defined(), op, ": ", arg, " is an undefined tensor");
 }
 
-int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const { return impl_->shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides()[wrap_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
+  const Shape& shape = impl_->shape();
+  const Strides& strides = impl_->strides();
   for (int64_t i = dim() - 1; i >= 0; --i) {
-    if (impl_->shape[i] == 1) continue;
-    if (impl_->strides[i] != expected) return false;
-    expected *= impl_->shape[i];
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
   }
   return true;
 }

@@ -21,13 +21,43 @@ namespace kiln {
 
 struct AutogradMeta;  // defined by autograd/; core only carries the pointer
 
-struct TensorImpl {
-  std::shared_ptr<Storage> storage;
-  Shape shape;
-  Strides strides;
-  int64_t offset = 0;  // in elements
-  DType dtype = DType::f32;
-  std::shared_ptr<AutogradMeta> autograd;
+// Note [TensorImpl]
+// The header one tensor handle reads its data through: which Storage, how (shape, strides and an
+// offset, in elements) and as what (dtype), plus autograd's state. Every copy of a Tensor points at
+// the same TensorImpl, so a change here is seen through all of them; views get their own.
+// Invariants, kept here rather than by each caller:
+// - storage is non-null and shape and strides have the same length;
+// - set_data is the only change to the data fields, and it keeps the autograd meta;
+// - the autograd meta is attached at most once and never replaced or dropped: the engine, the
+//   leaf's hooks and retain_grad hold it (detach() makes a new TensorImpl instead).
+// Like torch's, a TensorImpl is not synchronised: do not change one tensor from two threads.
+class TensorImpl {
+ public:
+  TensorImpl(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Strides strides, int64_t offset);
+
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  const Shape& shape() const { return shape_; }
+  const Strides& strides() const { return strides_; }
+  int64_t offset() const { return offset_; }  // in elements
+  DType dtype() const { return dtype_; }
+
+  // Takes src's storage, shape, strides, offset and dtype; this impl's autograd meta stays.
+  // Tensor::set_data is the user entry point (it checks what autograd requires first).
+  void set_data(const TensorImpl& src);
+
+  // Autograd's state (autograd/meta.h), or null for a tensor that never had any.
+  AutogradMeta* autograd_meta() const { return autograd_.get(); }
+  std::weak_ptr<AutogradMeta> weak_autograd_meta() const { return autograd_; }
+  // Attaches autograd's state to a tensor that has none (a second attach is a bug in Kiln).
+  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta);
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  Strides strides_;
+  int64_t offset_ = 0;
+  DType dtype_ = DType::f32;
+  std::shared_ptr<AutogradMeta> autograd_;
 };
 
 class Tensor {
@@ -40,23 +70,23 @@ class Tensor {
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
 
   // Metadata.
-  const Shape& shape() const { return impl_->shape; }
-  const Strides& strides() const { return impl_->strides; }
-  int64_t dim() const { return impl_->shape.ndim(); }
+  const Shape& shape() const { return impl_->shape(); }
+  const Strides& strides() const { return impl_->strides(); }
+  int64_t dim() const { return impl_->shape().ndim(); }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t numel() const { return shape_numel(impl_->shape); }
-  int64_t offset() const { return impl_->offset; }
-  DType dtype() const { return impl_->dtype; }
-  Device device() const { return impl_->storage->device(); }
-  size_t element_size() const { return dtype_size(impl_->dtype); }
+  int64_t numel() const { return shape_numel(impl_->shape()); }
+  int64_t offset() const { return impl_->offset(); }
+  DType dtype() const { return impl_->dtype(); }
+  Device device() const { return impl_->storage()->device(); }
+  size_t element_size() const { return dtype_size(impl_->dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   bool is_contiguous() const;
-  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+  const std::shared_ptr<Storage>& storage() const { return impl_->storage(); }
 
   // Pointer to the first element (storage base + offset).
   void* data_ptr() const {
-    return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(element_size());
+    return static_cast<char*>(impl_->storage()->data()) + impl_->offset() * static_cast<int64_t>(element_size());
   }
   template <class T>
   T* data() const {
@@ -122,6 +152,13 @@ class Tensor {
   void retain_grad() const;                 // keep .grad on a non-leaf too
   // Backpropagates from this tensor: `gradient` defaults to 1 for a one-element tensor.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // torch's `tensor.data = new_data`: this tensor takes new_data's storage, shape, strides, offset
+  // and dtype (so its device too) and keeps its identity: every handle to it sees the change, and
+  // its requires_grad, .grad, hooks and autograd history stay (a parameter stays the parameter
+  // optimizers and DDP hold). new_data's own autograd state is not taken. As in torch, a tensor
+  // that requires grad takes only floating data, a view may be re-pointed (only that view changes,
+  // not the tensor it viewed), and .grad is left as it is (cast it yourself, as nn::Module::to does).
+  void set_data(const Tensor& new_data) const;
 
  private:
   std::shared_ptr<TensorImpl> impl_;
@@ -136,10 +173,13 @@ struct Derivation {
   enum class Kind { view, expand, copy } kind = Kind::view;
   std::function<Tensor(const Tensor&)> replay;
 };
-// Installed by kiln_autograd the first time a tensor gets autograd state; core calls it only
-// for inputs that carry such state (impl()->autograd set), so plain tensors never pay for it.
+// Installed once by kiln_autograd, before the first tensor gets autograd state; core calls it only
+// for inputs that carry such state (autograd_meta() set), so plain tensors never pay for it. The
+// pointer is atomic: threads creating autograd state never write it while others read it.
 using AutogradDerivedHook = Tensor (*)(const Tensor& input, Tensor output, Derivation derivation);
-extern AutogradDerivedHook autograd_derived_hook;
+// Sets the hook; installing it again is a no-op, installing a different one a bug in Kiln.
+void install_autograd_derived_hook(AutogradDerivedHook hook);
+AutogradDerivedHook autograd_derived_hook();  // null until installed
 }  // namespace detail
 
 // Makes a tensor header over `storage` (used by factories and kernels).

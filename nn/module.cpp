@@ -27,17 +27,6 @@ std::string names_of(const NamedTensors& entries) {
   return join(names);
 }
 
-// Swaps the data behind `t` for `src` (no autograd history); every handle to t's TensorImpl sees it.
-void set_data(const Tensor& t, const Tensor& src) {
-  if (src.impl() == t.impl()) return;
-  TensorImpl* impl = t.impl();
-  impl->storage = src.storage();
-  impl->shape = src.shape();
-  impl->strides = src.strides();
-  impl->offset = src.offset();
-  impl->dtype = src.dtype();
-}
-
 }  // namespace
 
 void Module::check_new_name(const std::string& name, const char* what) const {
@@ -170,7 +159,7 @@ void Module::train(bool on) {
 void Module::to(Device device) {
   NoGradGuard no_grad;
   auto move = [&](const Tensor& t) {
-    set_data(t, t.detach().to(device));
+    t.set_data(t.detach().to(device));
     if (Tensor g = t.grad(); g.defined()) t.set_grad(g.to(device));
   };
   for_each_module([&](Module& m) {
@@ -184,7 +173,7 @@ void Module::to(DType dtype) {
   NoGradGuard no_grad;
   auto cast = [&](const Tensor& t) {
     if (!is_floating(t.dtype())) return;
-    set_data(t, t.detach().to(dtype));
+    t.set_data(t.detach().to(dtype));
     if (Tensor g = t.grad(); g.defined()) t.set_grad(g.to(dtype));
   };
   for_each_module([&](Module& m) {

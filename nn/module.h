@@ -63,9 +63,10 @@ class Module : public std::enable_shared_from_this<Module> {
   bool is_training() const { return training_; }
 
   // Moves/casts every parameter and buffer, recursively. The data is swapped inside each tensor
-  // (like torch's set_data), so every handle to a parameter -- the registry's, a layer's `weight`
-  // member, an optimizer's -- sees the move; requires_grad and hooks are kept and an existing
-  // .grad is moved/cast too. to(DType) casts floating tensors only (num_batches_tracked stays i64).
+  // (Tensor::set_data, torch's `param.data = ...`), so every handle to a parameter -- the
+  // registry's, a layer's `weight` member, an optimizer's -- sees the move; requires_grad and
+  // hooks are kept and an existing .grad is moved/cast too. to(DType) casts floating tensors only
+  // (num_batches_tracked stays i64).
   void to(Device device);
   void to(DType dtype);
   void to(Device device, DType dtype);

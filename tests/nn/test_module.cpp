@@ -172,6 +172,34 @@ TEST_CASE("to(dtype) casts floating tensors in place, keeping handles, requires_
   CHECK_ERROR_CONTAINS(net->to(DType::i32), "Net", "floating");
 }
 
+TEST_CASE("to(dtype) keeps each parameter the same tensor: handles, autograd state and hooks survive") {
+  auto net = std::make_shared<Affine>(3, 2.0);
+  Tensor w = net->parameters()[0];  // as an optimizer or DDP holds it
+  const AutogradMeta* meta = w.impl()->autograd_meta();
+  std::vector<DType> seen;  // the gradient dtype each hook run saw
+  autograd::register_hook(w, [&](const Tensor& g) {
+    seen.push_back(g.dtype());
+    return Tensor();
+  });
+  int post_calls = 0;
+  autograd::register_post_accumulate_grad_hook(w, [&](const Tensor& p) {
+    ++post_calls;
+    CHECK(p.is_same(w));
+  });
+  net->to(DType::f64);
+  CHECK(w.dtype() == DType::f64);
+  CHECK(w.is_same(net->parameters()[0]));
+  CHECK(w.is_same(net->w));
+  CHECK(w.impl()->autograd_meta() == meta);
+  CHECK(w.requires_grad());
+  CHECK(w.is_leaf());
+  net->forward(ones({3}, DType::f64)).backward(ones({3}, DType::f64));
+  CHECK(seen == std::vector<DType>{DType::f64});
+  CHECK(post_calls == 1);
+  CHECK(w.grad().dtype() == DType::f64);
+  CHECK(values(w.grad()) == std::vector<double>{1, 1, 1});
+}
+
 TEST_CASE("state_dict is detached, shares storage, and round-trips through load_state_dict") {
   auto a = std::make_shared<Net>();
   auto b = std::make_shared<Net>();
