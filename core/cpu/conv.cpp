@@ -162,6 +162,17 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, const ConvShapes& s) {
     for (int64_t i = 0; i < wsize; ++i) gw[i] += partial[b * wsize + i];
 }
 
+// kernel(a, b, out) on a and b converted to their compute type (contiguous), out fresh of shape
+// out_shape; the result rounded once to a's dtype.
+template <class Kernel>
+Tensor in_compute_dtype(const Tensor& a, const Tensor& b, const Shape& out_shape, Kernel kernel) {
+  const DType ct = compute_dtype(a.dtype());
+  const Tensor ac = a.to(ct).contiguous(), bc = b.to(ct).contiguous();
+  Tensor out = empty(out_shape, ct);
+  dispatch_compute(ct, [&]<class T>() { kernel.template operator()<T>(ac.data<T>(), bc.data<T>(), out.data<T>()); });
+  return out.to(a.dtype());
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShapes& s) {
@@ -177,20 +188,16 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& input_shape,
                              const ConvShapes& s) {
-  const DType ct = compute_dtype(grad_out.dtype());
-  const Tensor gy = grad_out.to(ct).contiguous(), wc = weight.to(ct).contiguous();
-  Tensor gx = empty(input_shape, ct);
-  dispatch_compute(ct, [&]<class T>() { conv_backward_input<T>(gy.data<T>(), wc.data<T>(), gx.data<T>(), s); });
-  return gx.to(grad_out.dtype());
+  return in_compute_dtype(grad_out, weight, input_shape, [&]<class T>(const T* gy, const T* w, T* gx) {
+    conv_backward_input<T>(gy, w, gx, s);
+  });
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const ConvShapes& s) {
-  const DType ct = compute_dtype(grad_out.dtype());
-  const Tensor gy = grad_out.to(ct).contiguous(), xc = x.to(ct).contiguous();
-  Tensor gw = empty(weight_shape, ct);
-  dispatch_compute(ct, [&]<class T>() { conv_backward_weight<T>(gy.data<T>(), xc.data<T>(), gw.data<T>(), s); });
-  return gw.to(grad_out.dtype());
+  return in_compute_dtype(grad_out, x, weight_shape, [&]<class T>(const T* gy, const T* xp, T* gw) {
+    conv_backward_weight<T>(gy, xp, gw, s);
+  });
 }
 
 Tensor conv2d_backward_bias(const Tensor& grad_out) {
