@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include <kiln/core/parallel.h>
@@ -33,6 +35,28 @@ inline C lane_sum(int64_t n, F f) {
   for (int w = kLanes / 2; w > 0; w /= 2)
     for (int j = 0; j < w; ++j) s[j] += s[j + w];
   return s[0];
+}
+
+// max over x[0, n); NaN is skipped here and reappears through exp(x - max) (the row max of
+// softmax and cross-entropy). GCC does not vectorize a float max reduction (NaN and -0 rules), so
+// the 64-byte lanes are spelled with the GCC/Clang vector extension (one vmaxps on AVX-512, split
+// into halves on narrower targets).
+template <class C>
+inline C row_max(const C* x, int64_t n) {
+  constexpr int64_t kWidth = 64 / sizeof(C);
+  typedef C Vec __attribute__((vector_size(64)));
+  Vec m;
+  for (int64_t j = 0; j < kWidth; ++j) m[j] = -std::numeric_limits<C>::infinity();
+  int64_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) {
+    Vec v;
+    std::memcpy(&v, x + i, sizeof v);
+    m = v > m ? v : m;
+  }
+  C r = m[0];
+  for (int64_t j = 1; j < kWidth; ++j) r = C(m[j]) > r ? C(m[j]) : r;
+  for (; i < n; ++i) r = x[i] > r ? x[i] : r;
+  return r;
 }
 
 // Sum of f(p[i]) for i < n with 8 interleaved accumulators (a fixed order the compiler vectorizes).

@@ -22,28 +22,6 @@ namespace {
 template <class C>
 inline C max_of(C a, C b) { return a > b ? a : b; }
 
-// max over x[0, n); NaN is skipped here and reappears through exp(x - max). GCC does not
-// vectorize a float max reduction (NaN and -0 rules), so the 64-byte lanes are spelled with the
-// GCC/Clang vector extension (one vmaxps on AVX-512, split into halves on narrower targets).
-template <class C>
-C row_max(const C* x, int64_t n) {
-  constexpr int64_t kWidth = 64 / sizeof(C);
-  typedef C Vec __attribute__((vector_size(64)));
-  Vec m;
-  for (int64_t j = 0; j < kWidth; ++j) m[j] = -std::numeric_limits<C>::infinity();
-  int64_t i = 0;
-  for (; i + kWidth <= n; i += kWidth) {
-    Vec v;
-    std::memcpy(&v, x + i, sizeof v);
-    m = v > m ? v : m;
-  }
-  C r = m[0];
-  for (int64_t j = 1; j < kWidth; ++j) r = max_of(C(m[j]), r);
-  for (; i < n; ++i) r = max_of(x[i], r);
-  return r;
-}
-
-
 // Row kernels in the compute type C; in[k] and y are (n,). y may alias in[0] (16-bit rows run in a
 // float buffer in place).
 template <class C, bool Log>

@@ -12,22 +12,10 @@ namespace kiln::cuda {
 
 namespace {
 
+using pool_index::Planes;
+using pool_index::planes_of;
 using pool_index::Range;
-
-// The planes of an (N, C, H, W) or (C, H, W) shape.
-struct Planes {
-  int64_t count, h, w;
-};
-Planes planes_of(const Shape& s) {
-  const int64_t h = s[s.ndim() - 2], w = s[s.ndim() - 1];
-  return {h * w == 0 ? 0 : shape_numel(s) / (h * w), h, w};
-}
-Shape with_plane(const Shape& s, int64_t oh, int64_t ow) {
-  Shape r = s;
-  r[r.ndim() - 2] = oh;
-  r[r.ndim() - 1] = ow;
-  return r;
-}
+using pool_index::with_plane;
 
 #define KILN_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)

@@ -3,14 +3,13 @@
 // code includes this header (no CUDA headers).
 #pragma once
 
+#include <kiln/core/cuda/plan/pool_index.h>
 #include <kiln/core/ops/pool.h>
 
 namespace kiln::cuda {
 
 // A pooling window the ops front has checked, with its output plane (oh, ow).
-struct PoolWindow {
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
-};
+using PoolWindow = pool_index::Window;
 
 // Inputs (N, C, H, W) or (C, H, W), floating, any strides; outputs fresh and contiguous.
 // Forward kernels and the average backward kernels give the CPU's results bit for bit (same terms

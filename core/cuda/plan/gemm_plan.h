@@ -64,9 +64,9 @@ struct Product {
 };
 
 // When every batch of b is one matrix and a's batch and row dims merge into a single strided dim
-// of row-major rows, the batch is one GEMM: returns that dim's row stride (a's rows then number
-// out.numel() / N). Mirrors the CPU path's folding.
-inline std::optional<int64_t> folded_row_stride(const Tensor& a, const Tensor& b) {
+// of row-major rows, at most max_rows of them, the batch is one GEMM: returns that dim's row stride
+// (a's rows then number out.numel() / N). The CPU GEMM (core/cpu/matmul.cpp) folds the same way.
+inline std::optional<int64_t> folded_row_stride(const Tensor& a, const Tensor& b, int64_t max_rows = kMaxDim) {
   const int64_t nd = a.dim();
   for (int64_t d = 0; d < nd - 2; ++d)
     if (b.size(d) != 1 && b.stride(d) != 0) return std::nullopt;
@@ -87,7 +87,7 @@ inline std::optional<int64_t> folded_row_stride(const Tensor& a, const Tensor& b
     size *= n;
   }
   if (size > 1 && stride < k) return std::nullopt;
-  if (size > kMaxDim) return std::nullopt;
+  if (size > max_rows) return std::nullopt;
   return stride;
 }
 

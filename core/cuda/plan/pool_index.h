@@ -1,5 +1,6 @@
-// Index math of the CUDA pooling kernels (pool.cu) as plain integer functions, callable from host
-// and device, so that a CPU test (tests/core/test_pool_index.cpp) checks them against brute force.
+// Index math of the pooling kernels (core/cpu/pool.cpp, core/cuda/kernels/pool.cu) as plain integer
+// functions, callable from host and device, so that a CPU test (tests/core/test_pool_index.cpp)
+// checks them against brute force.
 // The backward kernels gather: each input pixel sums the outputs whose windows cover it, in the
 // order the CPU kernels scatter them, so both add the same terms in the same order.
 #pragma once
@@ -7,8 +8,30 @@
 #include <cstdint>
 
 #include <kiln/core/host_device.h>
+#include <kiln/core/shape.h>
 
 namespace kiln::cuda::pool_index {
+
+// A pooling window the ops front has checked, with its output plane (oh, ow).
+struct Window {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+};
+
+// The planes of an (N, C, H, W) or (C, H, W) shape: `count` planes of h x w (host only).
+struct Planes {
+  int64_t count = 0, h = 0, w = 0;
+};
+inline Planes planes_of(const Shape& s) {
+  const int64_t h = s[s.ndim() - 2], w = s[s.ndim() - 1];
+  return {h * w == 0 ? 0 : shape_numel(s) / (h * w), h, w};
+}
+// s with its plane (the last two dims) replaced by (oh, ow).
+inline Shape with_plane(const Shape& s, int64_t oh, int64_t ow) {
+  Shape r = s;
+  r[r.ndim() - 2] = oh;
+  r[r.ndim() - 1] = ow;
+  return r;
+}
 
 // A half-open range of output rows (or columns).
 struct Range {
