@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include <kiln/core/formulas.h>
 #include <kiln/core/parallel.h>
 #include <kiln/core/tensor.h>
 
@@ -31,26 +32,13 @@ StridedOperands<N> make_operands(const Shape& shape, const std::array<const Tens
     KILN_ASSERT(ts[k]->shape() == shape, "operand ", k, " has shape ", ts[k]->shape(), ", loop shape ", shape);
     ops.base[k] = static_cast<char*>(ts[k]->data_ptr());
   }
-  // Drop size-1 dims, then merge dim d into d+1 when every operand is contiguous across them.
+  std::array<Strides, N> bytes;
+  for (int k = 0; k < N; ++k)
+    for (int64_t d = 0; d < shape.ndim(); ++d)
+      bytes[k].push_back(ts[k]->strides()[d] * static_cast<int64_t>(ts[k]->element_size()));
   Shape sh;
   std::array<Strides, N> st;
-  for (int64_t d = 0; d < shape.ndim(); ++d) {
-    if (shape[d] == 1) continue;
-    sh.push_back(shape[d]);
-    for (int k = 0; k < N; ++k)
-      st[k].push_back(ts[k]->strides()[d] * static_cast<int64_t>(ts[k]->element_size()));
-  }
-  for (int64_t d = sh.ndim() - 2; d >= 0; --d) {
-    bool merge = true;
-    for (int k = 0; k < N; ++k) merge = merge && st[k][d] == st[k][d + 1] * sh[d + 1];
-    if (!merge) continue;
-    sh[d] *= sh[d + 1];
-    sh.erase(sh.begin() + d + 1);
-    for (int k = 0; k < N; ++k) {
-      st[k][d] = st[k][d + 1];
-      st[k].erase(st[k].begin() + d + 1);
-    }
-  }
+  formulas::collapse_dims<N>(shape, bytes, sh, st);  // Note [Collapsing dims]
   if (sh.empty()) {  // a single element
     sh.push_back(1);
     for (int k = 0; k < N; ++k) st[k].push_back(0);

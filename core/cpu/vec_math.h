@@ -6,6 +6,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+
+#include <kiln/core/formulas.h>
 
 namespace kiln::cpu {
 
@@ -35,16 +38,19 @@ inline float exp_f32(float x) {
 
 inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 
-// GELU with the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with
-// 1 + tanh(u) = 2 / (1 + exp(-2u)) so it stays vectorizable and exact in the tails.
-inline float gelu_tanh_f32(float x) {
-  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return x / (1.0f + exp_f32(-2.0f * u));
-}
-
 template <class T>
 inline T exp_any(T x) {
   if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x);
 }
+
+// The CPU's math for the shared formulas of core/formulas.h: exp_f32 for float, libm otherwise.
+struct VecMath {
+  template <class T> static T exp(T x) { return exp_any(x); }
+  template <class T> static T tanh(T x) { return std::tanh(x); }
+  template <class T> static T erf(T x) { return std::erf(x); }
+};
+
+// GELU with the tanh approximation (formulas::gelu_tanh: vectorizable, exact in the tails).
+inline float gelu_tanh_f32(float x) { return formulas::gelu_tanh<VecMath>(x); }
 
 }  // namespace kiln::cpu

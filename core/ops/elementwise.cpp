@@ -1,18 +1,17 @@
 // Elementwise ops, one front for both devices: type promotion and broadcasting here, then the CPU
-// loops (core/cpu/loops.h) or the CUDA launchers (core/cuda/kernels/elementwise.h), which get operands
-// already broadcast and converted to the dtype the op computes in.
+// kernels (core/cpu/elementwise.h) or the CUDA launchers (core/cuda/kernels/elementwise.h) through one
+// dispatch line (Note [One dispatch line]); both get operands already broadcast and converted to
+// the dtype the op computes in.
 #include <kiln/core/ops/elementwise.h>
 
 #include <cmath>
 #include <optional>
 #include <type_traits>
 
-#include <kiln/core/cpu/loops.h>
-#include <kiln/core/cpu/vec_math.h>
+#include <kiln/core/cpu/elementwise.h>
 #include <kiln/core/cuda/kernels/elementwise.h>
-#include <kiln/core/cuda/runtime/runtime.h>
-#include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
+#include <kiln/core/ops/backend.h>
 #include <kiln/core/ops/common.h>
 
 namespace kiln::ops {
@@ -48,18 +47,22 @@ Tensor operand(const Tensor& t, Device dev, DType dt) {
   return t.to(dt);
 }
 
-// The CUDA launchers by op family (discarded in a build without CUDA).
-void launch(cuda::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  if constexpr (cuda::kBuilt) cuda::binary(op, out, a, b);
+// The kernels by op family. Templates, so that only the CUDA branch of a dispatch line names the
+// CUDA launchers (a build without CUDA never instantiates it: Note [One dispatch line]).
+template <class Op>
+void launch(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cuda::binary(op, out, a, b);
+  else cuda::compare(op, out, a, b);
 }
-void launch(cuda::CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  if constexpr (cuda::kBuilt) cuda::compare(op, out, a, b);
+template <class Op>
+void launch_scalar(Op op, const Tensor& out, const Tensor& a, double s) {
+  if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cuda::binary_scalar(op, out, a, s);
+  else cuda::compare_scalar(op, out, a, s);
 }
-void launch_scalar(cuda::BinaryOp op, const Tensor& out, const Tensor& a, double s) {
-  if constexpr (cuda::kBuilt) cuda::binary_scalar(op, out, a, s);
-}
-void launch_scalar(cuda::CompareOp op, const Tensor& out, const Tensor& a, double s) {
-  if constexpr (cuda::kBuilt) cuda::compare_scalar(op, out, a, s);
+template <class Op>
+void launch_cpu(const char* name, Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cpu::binary(name, op, out, a, b);
+  else cpu::compare(name, op, out, a, b);
 }
 // op' with op(s, x) == op'(x, s) exactly, for a scalar on the left.
 std::optional<cuda::BinaryOp> mirrored(cuda::BinaryOp op) {
@@ -80,31 +83,21 @@ std::optional<cuda::CompareOp> mirrored(cuda::CompareOp op) {
   }
 }
 
-template <class Op>
-Tensor unary_float(const char* name, cuda::UnaryOp cop, const Tensor& x, Op op) {
+// out = op(x) in x's floating dtype (integers compute in f32).
+Tensor unary_float(const char* name, cuda::UnaryOp op, const Tensor& x) {
   check_defined(x, name);
   DType dt = float_result(x.dtype());
   Tensor in = x.to(dt);
   Tensor out = empty(x.shape(), dt, x.device());
-  if constexpr (cuda::kBuilt) if (x.device().is_cuda()) {
-    cuda::unary(cop, out, in);
-    return out;
-  }
-  check_cpu(name, {&x});
-  dispatch_floating(dt, name, [&]<class T>() { cpu::map_kernel<T, T>(out, {&in}, op); });
+  dispatch_device(name, {&x}, [&] { cuda::unary(op, out, in); }, [&] { cpu::unary(name, op, out, in); });
   return out;
 }
 
-template <class Op>
-Tensor unary_numeric(const char* name, cuda::UnaryOp cop, const Tensor& x, Op op) {
+// out = op(x) in x's dtype.
+Tensor unary_numeric(const char* name, cuda::UnaryOp op, const Tensor& x) {
   check_defined(x, name);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  if constexpr (cuda::kBuilt) if (x.device().is_cuda()) {
-    cuda::unary(cop, out, x);
-    return out;
-  }
-  check_cpu(name, {&x});
-  dispatch_numeric(x.dtype(), name, [&]<class T>() { cpu::map_kernel<T, T>(out, {&x}, op); });
+  dispatch_device(name, {&x}, [&] { cuda::unary(op, out, x); }, [&] { cpu::unary(name, op, out, x); });
   return out;
 }
 
@@ -129,24 +122,27 @@ Tensor binary_cuda(CudaOp cop, const Tensor& a, const Tensor& b, const Shape& sh
   return out;
 }
 
-template <class CudaOp, class Op>
-Tensor binary(const char* name, CudaOp cop, const Tensor& a, const Tensor& b, Result kind, Op op) {
+// The same on the CPU.
+template <class Op>
+Tensor binary_cpu(const char* name, Op op, const Tensor& a, const Tensor& b, const Shape& shape, DType compute,
+                  DType result) {
+  check_cpu(name, {&a, &b});
+  Tensor ae = a.to(compute).expand(shape), be = b.to(compute).expand(shape);
+  Tensor out = empty(shape, result);
+  launch_cpu(name, op, out, ae, be);
+  return out;
+}
+
+// The result of a comparison (kind boolean) or binary op, broadcast and promoted.
+template <class Op>
+Tensor binary(const char* name, Op op, const Tensor& a, const Tensor& b, Result kind) {
   const Device dev = op_device(name, {&a, &b});
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType compute = promote_types(a.dtype(), b.dtype());
   if (kind == Result::floating) compute = float_result(compute);
   const DType result = kind == Result::boolean ? DType::b8 : compute;
-  if constexpr (cuda::kBuilt) if (dev.is_cuda()) return binary_cuda(cop, a, b, shape, compute, result, dev);
-  check_cpu(name, {&a, &b});
-  Tensor ae = a.to(compute).expand(shape), be = b.to(compute).expand(shape);
-  Tensor out = empty(shape, result);
-  dispatch_numeric(compute, name, [&]<class T>() {
-    if (kind == Result::boolean)
-      cpu::map_kernel<bool, T, T>(out, {&ae, &be}, op);
-    else
-      cpu::map_kernel<T, T, T>(out, {&ae, &be}, op);
-  });
-  return out;
+  return dispatch_device(dev, [&] { return binary_cuda(op, a, b, shape, compute, result, dev); },
+                         [&] { return binary_cpu(name, op, a, b, shape, compute, result); });
 }
 
 // The dtype a tensor-scalar op computes in: the tensor's, unless an integer tensor meets a
@@ -158,33 +154,22 @@ DType scalar_compute(const Tensor& a, double b) {
 
 // On CUDA the scalar goes to the kernel by value, rounded there to the compute dtype exactly as
 // the CPU's 0-dim scalar_tensor(b, compute) rounds it.
-template <class CudaOp, class Op>
-Tensor binary_scalar(const char* name, CudaOp cop, const Tensor& a, double b, Result kind, Op op) {
-  check_defined(a, name);
-  DType compute = scalar_compute(a, b);
-  if constexpr (cuda::kBuilt) if (a.device().is_cuda()) {
-    if (kind == Result::floating) compute = float_result(compute);
-    Tensor out = empty(a.shape(), kind == Result::boolean ? DType::b8 : compute, a.device());
-    launch_scalar(cop, out, a.to(compute), b);
-    return out;
-  }
-  return binary(name, cop, a.to(compute), scalar_tensor(b, TensorOptions(compute)), kind, op);
+template <class Op>
+Tensor binary_scalar_cuda(Op op, const Tensor& a, double b, Result kind, DType compute) {
+  if (kind == Result::floating) compute = float_result(compute);
+  Tensor out = empty(a.shape(), kind == Result::boolean ? DType::b8 : compute, a.device());
+  launch_scalar(op, out, a.to(compute), b);
+  return out;
 }
 
-// Bodies shared by the tensor and scalar forms.
-constexpr auto kAdd = [](auto x, auto y) { return x + y; };
-constexpr auto kSub = [](auto x, auto y) { return x - y; };
-constexpr auto kMul = [](auto x, auto y) { return x * y; };
-constexpr auto kDiv = [](auto x, auto y) { return x / y; };
-constexpr auto kPow = [](auto x, auto y) { return static_cast<decltype(x)>(std::pow(x, y)); };
-constexpr auto kMax = [](auto x, auto y) { return (x > y || x != x) ? x : y; };  // NaN propagates
-constexpr auto kMin = [](auto x, auto y) { return (x < y || x != x) ? x : y; };
-constexpr auto kEq = [](auto x, auto y) { return x == y; };
-constexpr auto kNe = [](auto x, auto y) { return x != y; };
-constexpr auto kLt = [](auto x, auto y) { return x < y; };
-constexpr auto kLe = [](auto x, auto y) { return x <= y; };
-constexpr auto kGt = [](auto x, auto y) { return x > y; };
-constexpr auto kGe = [](auto x, auto y) { return x >= y; };
+// On the CPU the scalar becomes a 0-dim tensor of the compute dtype (the tensor form's kernels).
+template <class Op>
+Tensor binary_scalar(const char* name, Op op, const Tensor& a, double b, Result kind) {
+  check_defined(a, name);
+  DType compute = scalar_compute(a, b);
+  return dispatch_device(a.device(), [&] { return binary_scalar_cuda(op, a, b, kind, compute); },
+                         [&] { return binary(name, op, a.to(compute), scalar_tensor(b, TensorOptions(compute)), kind); });
+}
 
 using U = cuda::UnaryOp;
 using B = cuda::BinaryOp;
@@ -192,102 +177,67 @@ using C = cuda::CompareOp;
 
 }  // namespace
 
-Tensor neg(const Tensor& x) { return unary_numeric("neg", U::neg, x, [](auto v) { return decltype(v)(-v); }); }
-Tensor abs(const Tensor& x) {
-  return unary_numeric("abs", U::abs, x, [](auto v) {
-    if constexpr (std::is_unsigned_v<decltype(v)>) return v; else return v < 0 ? decltype(v)(-v) : v;
-  });
-}
-Tensor relu(const Tensor& x) {
-  return unary_numeric("relu", U::relu, x, [](auto v) { return v < 0 ? decltype(v)(0) : v; });
-}
-Tensor square(const Tensor& x) {
-  return unary_numeric("square", U::square, x, [](auto v) { return decltype(v)(v * v); });
-}
+Tensor neg(const Tensor& x) { return unary_numeric("neg", U::neg, x); }
+Tensor abs(const Tensor& x) { return unary_numeric("abs", U::abs, x); }
+Tensor relu(const Tensor& x) { return unary_numeric("relu", U::relu, x); }
+Tensor square(const Tensor& x) { return unary_numeric("square", U::square, x); }
 
-Tensor exp(const Tensor& x) { return unary_float("exp", U::exp, x, [](auto v) { return cpu::exp_any(v); }); }
-Tensor log(const Tensor& x) { return unary_float("log", U::log, x, [](auto v) { return std::log(v); }); }
-Tensor sqrt(const Tensor& x) { return unary_float("sqrt", U::sqrt, x, [](auto v) { return std::sqrt(v); }); }
-Tensor rsqrt(const Tensor& x) {
-  return unary_float("rsqrt", U::rsqrt, x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
-}
-Tensor tanh(const Tensor& x) { return unary_float("tanh", U::tanh, x, [](auto v) { return std::tanh(v); }); }
-Tensor sigmoid(const Tensor& x) {
-  return unary_float("sigmoid", U::sigmoid, x,
-                     [](auto v) { return decltype(v)(1) / (decltype(v)(1) + cpu::exp_any(-v)); });
-}
-Tensor gelu_tanh(const Tensor& x) {
-  return unary_float("gelu_tanh", U::gelu_tanh, x, [](auto v) {
-    using T = decltype(v);
-    if constexpr (std::is_same_v<T, float>) {
-      return cpu::gelu_tanh_f32(v);
-    } else {
-      T u = T(0.7978845608028654) * (v + T(0.044715) * v * v * v);
-      return T(0.5) * v * (T(1) + std::tanh(u));
-    }
-  });
-}
-Tensor gelu_erf(const Tensor& x) {
-  return unary_float("gelu_erf", U::gelu_erf, x, [](auto v) {
-    using T = decltype(v);
-    return T(0.5) * v * (T(1) + std::erf(v * T(0.70710678118654752440)));
-  });
-}
+Tensor exp(const Tensor& x) { return unary_float("exp", U::exp, x); }
+Tensor log(const Tensor& x) { return unary_float("log", U::log, x); }
+Tensor sqrt(const Tensor& x) { return unary_float("sqrt", U::sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_float("rsqrt", U::rsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary_float("tanh", U::tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary_float("sigmoid", U::sigmoid, x); }
+Tensor gelu_tanh(const Tensor& x) { return unary_float("gelu_tanh", U::gelu_tanh, x); }
+Tensor gelu_erf(const Tensor& x) { return unary_float("gelu_erf", U::gelu_erf, x); }
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary("add", B::add, a, b, Result::promoted, kAdd); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", B::sub, a, b, Result::promoted, kSub); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", B::mul, a, b, Result::promoted, kMul); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary("div", B::div, a, b, Result::floating, kDiv); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary("pow", B::pow, a, b, Result::promoted, kPow); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", B::maximum, a, b, Result::promoted, kMax); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", B::minimum, a, b, Result::promoted, kMin); }
+Tensor add(const Tensor& a, const Tensor& b) { return binary("add", B::add, a, b, Result::promoted); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", B::sub, a, b, Result::promoted); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", B::mul, a, b, Result::promoted); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary("div", B::div, a, b, Result::floating); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary("pow", B::pow, a, b, Result::promoted); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", B::maximum, a, b, Result::promoted); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", B::minimum, a, b, Result::promoted); }
 
-Tensor add(const Tensor& a, double b) { return binary_scalar("add", B::add, a, b, Result::promoted, kAdd); }
-Tensor sub(const Tensor& a, double b) { return binary_scalar("sub", B::sub, a, b, Result::promoted, kSub); }
-Tensor rsub(const Tensor& a, double b) {
-  return binary_scalar("rsub", B::rsub, a, b, Result::promoted, [](auto x, auto y) { return y - x; });
-}
-Tensor mul(const Tensor& a, double b) { return binary_scalar("mul", B::mul, a, b, Result::promoted, kMul); }
+Tensor add(const Tensor& a, double b) { return binary_scalar("add", B::add, a, b, Result::promoted); }
+Tensor sub(const Tensor& a, double b) { return binary_scalar("sub", B::sub, a, b, Result::promoted); }
+Tensor rsub(const Tensor& a, double b) { return binary_scalar("rsub", B::rsub, a, b, Result::promoted); }
+Tensor mul(const Tensor& a, double b) { return binary_scalar("mul", B::mul, a, b, Result::promoted); }
 Tensor div(const Tensor& a, double b) {
   check_defined(a, "div");
-  return binary_scalar("div", B::div, a.to(float_result(a.dtype())), b, Result::floating, kDiv);
+  return binary_scalar("div", B::div, a.to(float_result(a.dtype())), b, Result::floating);
 }
 Tensor pow(const Tensor& a, double e) {
   if (e == 2.0) return square(a);
-  return binary_scalar("pow", B::pow, a, e, Result::promoted, kPow);
+  return binary_scalar("pow", B::pow, a, e, Result::promoted);
 }
-Tensor maximum(const Tensor& a, double b) { return binary_scalar("maximum", B::maximum, a, b, Result::promoted, kMax); }
-Tensor minimum(const Tensor& a, double b) { return binary_scalar("minimum", B::minimum, a, b, Result::promoted, kMin); }
+Tensor maximum(const Tensor& a, double b) { return binary_scalar("maximum", B::maximum, a, b, Result::promoted); }
+Tensor minimum(const Tensor& a, double b) { return binary_scalar("minimum", B::minimum, a, b, Result::promoted); }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary("eq", C::eq, a, b, Result::boolean, kEq); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary("ne", C::ne, a, b, Result::boolean, kNe); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary("lt", C::lt, a, b, Result::boolean, kLt); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary("le", C::le, a, b, Result::boolean, kLe); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary("gt", C::gt, a, b, Result::boolean, kGt); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary("ge", C::ge, a, b, Result::boolean, kGe); }
-Tensor eq(const Tensor& a, double b) { return binary_scalar("eq", C::eq, a, b, Result::boolean, kEq); }
-Tensor ne(const Tensor& a, double b) { return binary_scalar("ne", C::ne, a, b, Result::boolean, kNe); }
-Tensor lt(const Tensor& a, double b) { return binary_scalar("lt", C::lt, a, b, Result::boolean, kLt); }
-Tensor le(const Tensor& a, double b) { return binary_scalar("le", C::le, a, b, Result::boolean, kLe); }
-Tensor gt(const Tensor& a, double b) { return binary_scalar("gt", C::gt, a, b, Result::boolean, kGt); }
-Tensor ge(const Tensor& a, double b) { return binary_scalar("ge", C::ge, a, b, Result::boolean, kGe); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary("eq", C::eq, a, b, Result::boolean); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary("ne", C::ne, a, b, Result::boolean); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary("lt", C::lt, a, b, Result::boolean); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary("le", C::le, a, b, Result::boolean); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary("gt", C::gt, a, b, Result::boolean); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary("ge", C::ge, a, b, Result::boolean); }
+Tensor eq(const Tensor& a, double b) { return binary_scalar("eq", C::eq, a, b, Result::boolean); }
+Tensor ne(const Tensor& a, double b) { return binary_scalar("ne", C::ne, a, b, Result::boolean); }
+Tensor lt(const Tensor& a, double b) { return binary_scalar("lt", C::lt, a, b, Result::boolean); }
+Tensor le(const Tensor& a, double b) { return binary_scalar("le", C::le, a, b, Result::boolean); }
+Tensor gt(const Tensor& a, double b) { return binary_scalar("gt", C::gt, a, b, Result::boolean); }
+Tensor ge(const Tensor& a, double b) { return binary_scalar("ge", C::ge, a, b, Result::boolean); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Device dev = op_device("where", {&cond, &a, &b});
   KILN_CHECK(cond.dtype() == DType::b8, "where: condition must be bool, got ", cond.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   DType dt = promote_types(a.dtype(), b.dtype());
-  if constexpr (cuda::kBuilt) if (dev.is_cuda()) {
-    Tensor out = empty(shape, dt, dev);
-    cuda::where(out, operand(cond, dev, DType::b8).expand(shape), operand(a, dev, dt).expand(shape),
-                operand(b, dev, dt).expand(shape));
-    return out;
-  }
-  check_cpu("where", {&cond, &a, &b});
-  Tensor c = cond.expand(shape), ae = a.to(dt).expand(shape), be = b.to(dt).expand(shape);
-  Tensor out = empty(shape, dt);
-  dispatch_all(dt, "where", [&]<class T>() {
-    cpu::map_kernel<T, bool, T, T>(out, {&c, &ae, &be}, [](bool k, auto x, auto y) { return k ? x : y; });
+  Tensor out = empty(shape, dt, dev);
+  Tensor c = operand(cond, dev, DType::b8).expand(shape), ae = operand(a, dev, dt).expand(shape),
+         be = operand(b, dev, dt).expand(shape);
+  dispatch_device(dev, [&] { cuda::where(out, c, ae, be); }, [&] {
+    check_cpu("where", {&cond, &a, &b});
+    cpu::where(out, c, ae, be);
   });
   return out;
 }
@@ -297,17 +247,11 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   KILN_CHECK(mask.dtype() == DType::b8, "masked_fill: mask must be bool, got ", mask.dtype());
   KILN_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), "masked_fill: mask of shape ",
              mask.shape(), " cannot be broadcast to the input's shape ", x.shape());
-  if constexpr (cuda::kBuilt) if (dev.is_cuda()) {
-    Tensor out = empty(x.shape(), x.dtype(), dev);
-    cuda::masked_fill(out, operand(x, dev, x.dtype()), operand(mask, dev, DType::b8).expand(x.shape()), value);
-    return out;
-  }
-  check_cpu("masked_fill", {&x, &mask});
-  Tensor m = mask.expand(x.shape());
-  Tensor out = empty(x.shape(), x.dtype());
-  dispatch_all(x.dtype(), "masked_fill", [&]<class T>() {
-    const acc_t<T> v = static_cast<acc_t<T>>(value);
-    cpu::map_kernel<T, T, bool>(out, {&x, &m}, [v](auto xv, bool k) { return k ? v : xv; });
+  Tensor out = empty(x.shape(), x.dtype(), dev);
+  Tensor xd = operand(x, dev, x.dtype()), m = operand(mask, dev, DType::b8).expand(x.shape());
+  dispatch_device(dev, [&] { cuda::masked_fill(out, xd, m, value); }, [&] {
+    check_cpu("masked_fill", {&x, &mask});
+    cpu::masked_fill(out, xd, m, value);
   });
   return out;
 }
@@ -326,69 +270,35 @@ static Tensor inplace_operand(const char* name, const Tensor& a, const Tensor& b
   return be.expand(a.shape());
 }
 
-template <class Op>
-static Tensor& inplace(const char* name, Tensor& a, const Tensor& b, Op op) {
+// a = a + alpha * b (add when alpha is 1) or a * b, in place.
+static Tensor& inplace(const char* name, cuda::BinaryOp op, Tensor& a, const Tensor& b, double alpha = 1.0) {
   Tensor be = inplace_operand(name, a, b);
-  check_cpu(name, {&a, &be});
-  dispatch_numeric(a.dtype(), name, [&]<class T>() { cpu::map_kernel<T, T, T>(a, {&a, &be}, op); });
+  const bool scaled = alpha != 1.0;
+  dispatch_device(
+      a.device(), [&] { scaled ? cuda::add_scaled(a, a, be, alpha) : cuda::binary(op, a, a, be); },
+      [&] {
+        check_cpu(name, {&a, &be});
+        scaled ? cpu::add_scaled(name, a, a, be, alpha) : cpu::binary(name, op, a, a, be);
+      });
   return a;
 }
 
-Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
-  if constexpr (cuda::kBuilt) if (a.defined() && a.device().is_cuda()) {
-    Tensor be = inplace_operand("add_", a, b);
-    if (alpha == 1.0) cuda::binary(B::add, a, a, be);
-    else cuda::add_scaled(a, a, be, alpha);
-    return a;
-  }
-  if (alpha == 1.0) return inplace("add_", a, b, kAdd);
-  return inplace("add_", a, b, [alpha](auto x, auto y) { return decltype(x)(x + decltype(x)(alpha) * y); });
-}
-Tensor& mul_(Tensor& a, const Tensor& b) {
-  if constexpr (cuda::kBuilt) if (a.defined() && a.device().is_cuda()) {
-    cuda::binary(B::mul, a, a, inplace_operand("mul_", a, b));
-    return a;
-  }
-  return inplace("mul_", a, b, kMul);
-}
+Tensor& add_(Tensor& a, const Tensor& b, double alpha) { return inplace("add_", B::add, a, b, alpha); }
+Tensor& mul_(Tensor& a, const Tensor& b) { return inplace("mul_", B::mul, a, b); }
 Tensor& mul_(Tensor& a, double b) {
   check_defined(a, "mul_");
-  if constexpr (cuda::kBuilt) if (a.device().is_cuda()) {
-    cuda::binary_scalar(B::mul, a, a, b);  // b rounded to a's dtype, as scalar_tensor(b, a.dtype()) is
-    return a;
-  }
-  return inplace("mul_", a, scalar_tensor(b, TensorOptions(a.dtype())), kMul);
+  // On CUDA, b goes to the kernel rounded to a's dtype, as scalar_tensor(b, a.dtype()) is.
+  dispatch_device(a.device(), [&] { cuda::binary_scalar(B::mul, a, a, b); },
+                  [&] { inplace("mul_", B::mul, a, scalar_tensor(b, TensorOptions(a.dtype()))); });
+  return a;
 }
 
-// GELU backward, fused (autograd uses it on both devices). tanh: with s = (1 + tanh u) / 2 =
-// 1 / (1 + exp(-2u)), u = c (x + a x^3), d/dx gelu = s + 2 x s (1 - s) c (1 + 3 a x^2), which
-// stays finite in both tails; the CUDA functors (core/cuda/kernels/elementwise_functors.cuh) match.
+// GELU backward, fused (autograd uses it on both devices); the formulas are core/formulas.h's.
 Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x) {
-  return binary("gelu_tanh_backward", B::gelu_tanh_backward, grad, x, Result::floating, [](auto g, auto v) {
-    using T = decltype(v);
-    if constexpr (std::is_floating_point_v<T>) {
-      const T c = T(0.7978845608028654), a = T(0.044715);
-      const T v2 = v * v;
-      const T u = c * (v + a * v2 * v);
-      const T s = T(1) / (T(1) + cpu::exp_any(T(-2) * u));
-      return T(g * (s + T(2) * v * s * (T(1) - s) * c * (T(1) + T(3) * a * v2)));
-    } else {
-      return g;  // never reached: Result::floating computes in a float type
-    }
-  });
+  return binary("gelu_tanh_backward", B::gelu_tanh_backward, grad, x, Result::floating);
 }
-// d/dx x Phi(x) = Phi(x) + x phi(x).
 Tensor gelu_erf_backward(const Tensor& grad, const Tensor& x) {
-  return binary("gelu_erf_backward", B::gelu_erf_backward, grad, x, Result::floating, [](auto g, auto v) {
-    using T = decltype(v);
-    if constexpr (std::is_floating_point_v<T>) {
-      const T cdf = T(0.5) * (T(1) + std::erf(v * T(0.70710678118654752440)));
-      const T pdf = cpu::exp_any(T(-0.5) * v * v) * T(0.39894228040143267794);  // 1 / sqrt(2 pi)
-      return T(g * (cdf + v * pdf));
-    } else {
-      return g;
-    }
-  });
+  return binary("gelu_erf_backward", B::gelu_erf_backward, grad, x, Result::floating);
 }
 
 }  // namespace kiln::ops

@@ -1,5 +1,6 @@
 // Reductions: each front plans the reduction as (outer, n, inner) over dense memory and hands it to
-// the CPU drivers in core/cpu/reduce.h or the CUDA kernels in core/cuda/reduce.h. Planning follows
+// the CPU kernels (core/cpu/reduce.cpp) or the CUDA ones (core/cuda/kernels/reduce.cu) through one
+// dispatch line (Note [One dispatch line]), both declared as in core/cuda/kernels/reduce.h. Planning follows
 // memory order, so a transposed input is reduced in place; only patterns like reducing dims 0 and 2
 // of 3 need a copy.
 #include <kiln/core/ops/reduce.h>
@@ -10,21 +11,14 @@
 
 #include <kiln/core/cpu/reduce.h>
 #include <kiln/core/cuda/kernels/reduce.h>
-#include <kiln/core/cuda/runtime/runtime.h>
-#include <kiln/core/dispatch.h>
-#include <kiln/core/ops/common.h>
+#include <kiln/core/ops/backend.h>
 
 namespace kiln::ops {
 
 namespace {
 
-// Whether x goes to the CUDA kernels; otherwise it must be a defined CPU tensor.
-bool on_cuda(const char* op, const Tensor& x) {
-  if constexpr (cuda::kBuilt)
-    if (x.defined() && x.device().is_cuda()) return true;
-  check_cpu(op, {&x});
-  return false;
-}
+// x is defined and on a device with kernels (checked before planning reads its shape).
+void check_input(const char* op, const Tensor& x) { on_cuda(op, {&x}); }
 
 struct Plan {
   Tensor src;  // dense memory read as (outer, n, inner)
@@ -117,41 +111,18 @@ enum class Moment { sum, mean, var, std };
 // rounded once to T.
 Tensor floating_moment(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
                        Moment kind, int64_t correction = 0) {
-  const bool gpu = on_cuda(op, x);
+  check_input(op, x);
   Plan p = plan_reduction(op, x, dims, keepdim);
   Tensor dst = new_result(p, x.dtype(), x.device());
-  if constexpr (cuda::kBuilt) {
-    if (gpu) {
-      if (kind == Moment::sum || kind == Moment::mean)
-        cuda::sum_reduce(op, p.src, p.outer, p.n, p.inner, kind == Moment::sum ? 1.0 : 1.0 / static_cast<double>(p.n),
-                         dst);
-      else
-        cuda::var_reduce(op, p.src, p.outer, p.n, p.inner, correction, kind == Moment::std, dst);
-      return finish(p, dst);
-    }
+  if (kind == Moment::sum || kind == Moment::mean) {
+    const double scale = kind == Moment::sum ? 1.0 : 1.0 / static_cast<double>(p.n);
+    dispatch_device(op, {&x}, [&] { cuda::sum_reduce(op, p.src, p.outer, p.n, p.inner, scale, dst); },
+                    [&] { cpu::sum_reduce(op, p.src, p.outer, p.n, p.inner, scale, dst); });
+  } else {
+    const bool take_sqrt = kind == Moment::std;
+    dispatch_device(op, {&x}, [&] { cuda::var_reduce(op, p.src, p.outer, p.n, p.inner, correction, take_sqrt, dst); },
+                    [&] { cpu::var_reduce(op, p.src, p.outer, p.n, p.inner, correction, take_sqrt, dst); });
   }
-  dispatch_floating(x.dtype(), op, [&]<class T>() {
-    const T* src = static_cast<const T*>(p.src.data_ptr());
-    std::vector<double> acc(static_cast<size_t>(p.outer * p.inner));
-    auto as_double = [](T v, int64_t) { return static_cast<double>(static_cast<acc_t<T>>(v)); };
-    cpu::sum_reduce<double>(src, p.outer, p.n, p.inner, acc.data(), as_double);
-    double scale = kind == Moment::sum ? 1.0 : 1.0 / static_cast<double>(p.n);
-    if (kind == Moment::var || kind == Moment::std) {
-      for (double& m : acc) m *= scale;  // the means
-      std::vector<double> sq(acc.size());
-      cpu::sum_reduce<double>(src, p.outer, p.n, p.inner, sq.data(), [&](T v, int64_t k) {
-        double d = static_cast<double>(static_cast<acc_t<T>>(v)) - acc[k];
-        return d * d;
-      });
-      acc.swap(sq);
-      scale = 1.0 / static_cast<double>(std::max<int64_t>(p.n - correction, 0));
-    }
-    T* out = dst.data<T>();
-    for (size_t k = 0; k < acc.size(); ++k) {
-      double v = acc[k] * scale;
-      out[k] = static_cast<T>(static_cast<acc_t<T>>(kind == Moment::std ? std::sqrt(v) : v));
-    }
-  });
   return finish(p, dst);
 }
 
@@ -159,32 +130,13 @@ Tensor floating_moment(const char* op, const Tensor& x, const std::vector<int64_
 template <bool Max>
 void extremum(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, Tensor* values,
               Tensor* indices) {
-  const bool gpu = on_cuda(op, x);
+  check_input(op, x);
   Plan p = plan_reduction(op, x, dims, keepdim);
   KILN_CHECK(p.n > 0, op, ": cannot reduce over an empty dim (input of shape ", x.shape(), ")");
   Tensor vdst = values ? new_result(p, x.dtype(), x.device()) : Tensor();
   Tensor idst = indices ? new_result(p, DType::i64, x.device()) : Tensor();
-  if constexpr (cuda::kBuilt) {
-    if (gpu) {
-      cuda::extremum_reduce(op, p.src, p.outer, p.n, p.inner, Max, vdst, idst);
-      if (values) *values = finish(p, vdst);
-      if (indices) *indices = finish(p, idst);
-      return;
-    }
-  }
-  dispatch_numeric(x.dtype(), op, [&]<class T>() {
-    using C = acc_t<T>;
-    std::vector<cpu::Best<C>> best(static_cast<size_t>(p.outer * p.inner));
-    cpu::extremum_reduce<Max, C>(static_cast<const T*>(p.src.data_ptr()), p.outer, p.n, p.inner, best.data());
-    if (values) {
-      T* v = vdst.data<T>();
-      for (size_t k = 0; k < best.size(); ++k) v[k] = static_cast<T>(best[k].value);
-    }
-    if (indices) {
-      int64_t* ix = idst.data<int64_t>();
-      for (size_t k = 0; k < best.size(); ++k) ix[k] = best[k].index;
-    }
-  });
+  dispatch_device(op, {&x}, [&] { cuda::extremum_reduce(op, p.src, p.outer, p.n, p.inner, Max, vdst, idst); },
+                  [&] { cpu::extremum_reduce(op, p.src, p.outer, p.n, p.inner, Max, vdst, idst); });
   if (values) *values = finish(p, vdst);
   if (indices) *indices = finish(p, idst);
 }
@@ -194,22 +146,12 @@ void extremum(const char* op, const Tensor& x, const std::vector<int64_t>& dims,
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  const bool gpu = on_cuda("sum", x);
+  check_input("sum", x);
   if (is_floating(x.dtype())) return floating_moment("sum", x, dims, keepdim, Moment::sum);
   Plan p = plan_reduction("sum", x, dims, keepdim);
   Tensor dst = new_result(p, DType::i64, x.device());
-  if constexpr (cuda::kBuilt) {
-    if (gpu) {
-      cuda::integer_sum_reduce("sum", p.src, p.outer, p.n, p.inner, dst);
-      return finish(p, dst);
-    }
-  }
-  dispatch_all(x.dtype(), "sum", [&]<class T>() {
-    if constexpr (!std::is_floating_point_v<acc_t<T>>) {
-      cpu::sum_reduce<int64_t>(static_cast<const T*>(p.src.data_ptr()), p.outer, p.n, p.inner,
-                               dst.data<int64_t>(), [](T v, int64_t) { return static_cast<int64_t>(v); });
-    }
-  });
+  dispatch_device("sum", {&x}, [&] { cuda::integer_sum_reduce("sum", p.src, p.outer, p.n, p.inner, dst); },
+                  [&] { cpu::integer_sum_reduce("sum", p.src, p.outer, p.n, p.inner, dst); });
   return finish(p, dst);
 }
 

@@ -1,5 +1,6 @@
 // Device functors of the elementwise ops, taking and returning compute types (dacc_t: float for
-// the 16-bit floats). Each uses the formula of the CPU front (core/ops/elementwise.cpp) with
+// the 16-bit floats). Each uses the formula of the CPU kernels (core/cpu/elementwise.cpp; the GELUs
+// from core/formulas.h, shared with them) with
 // CUDA's accurate libm (expf, tanhf, erff: no fast-math intrinsics), so f32 agrees with the CPU
 // to a few ulp. Integer results wrap as the CPU's casts do. CUDA-only header.
 #pragma once
@@ -8,6 +9,7 @@
 #include <type_traits>
 
 #include <kiln/core/cuda/kernels/common.cuh>
+#include <kiln/core/formulas.h>
 
 namespace kiln::cuda::fn {
 
@@ -33,6 +35,13 @@ __device__ __forceinline__ T erf_(T v) {
   if constexpr (std::is_same_v<T, float>) return ::erff(v); else return ::erf(v);
 }
 
+// The device's math for the shared formulas of core/formulas.h.
+struct DeviceMath {
+  template <class T> __device__ static T exp(T v) { return exp_(v); }
+  template <class T> __device__ static T tanh(T v) { return tanh_(v); }
+  template <class T> __device__ static T erf(T v) { return erf_(v); }
+};
+
 // --- unary ---------------------------------------------------------------------------------
 struct Neg { template <class T> __device__ T operator()(T v) const { return T(-v); } };
 struct Abs {
@@ -53,19 +62,9 @@ struct Sqrt { template <class T> __device__ T operator()(T v) const { return sqr
 struct Rsqrt { template <class T> __device__ T operator()(T v) const { return T(1) / sqrt_(v); } };
 struct Tanh { template <class T> __device__ T operator()(T v) const { return tanh_(v); } };
 struct Sigmoid { template <class T> __device__ T operator()(T v) const { return T(1) / (T(1) + exp_(-v)); } };
-// GELU, tanh approximation. float as cpu::gelu_tanh_f32: 1 + tanh(u) = 2 / (1 + exp(-2u)).
-struct GeluTanh {
-  template <class T> __device__ T operator()(T v) const {
-    const T u = T(0.7978845608028654) * (v + T(0.044715) * v * v * v);
-    if constexpr (std::is_same_v<T, float>) return v / (1.0f + ::expf(-2.0f * u));
-    else return T(0.5) * v * (T(1) + tanh_(u));
-  }
-};
-struct GeluErf {
-  template <class T> __device__ T operator()(T v) const {
-    return T(0.5) * v * (T(1) + erf_(v * T(0.70710678118654752440)));
-  }
-};
+// GELU, tanh approximation and exact (core/formulas.h).
+struct GeluTanh { template <class T> __device__ T operator()(T v) const { return formulas::gelu_tanh<DeviceMath>(v); } };
+struct GeluErf { template <class T> __device__ T operator()(T v) const { return formulas::gelu_erf<DeviceMath>(v); } };
 
 // --- binary --------------------------------------------------------------------------------
 // Integer operands promote to int in + - *; the store casts back (wrapping u8), as on the CPU.
@@ -86,25 +85,12 @@ struct Pow {
 struct Maximum { template <class T> __device__ T operator()(T x, T y) const { return (x > y || x != x) ? x : y; } };
 struct Minimum { template <class T> __device__ T operator()(T x, T y) const { return (x < y || x != x) ? x : y; } };
 
-// d/dx of 0.5 x (1 + tanh u), u = c (x + a x^3), written with s = (1 + tanh u) / 2 =
-// 1 / (1 + exp(-2u)) (so 1 - tanh^2 u = 4 s (1 - s)): s + 2 x s (1 - s) c (1 + 3 a x^2).
-// Times the incoming gradient g. The CPU front uses the same formula.
+// grad * gelu'(x), taking (grad, x) (core/formulas.h).
 struct GeluTanhBackward {
-  template <class T> __device__ T operator()(T g, T x) const {
-    const T c = T(0.7978845608028654), a = T(0.044715);
-    const T x2 = x * x;
-    const T u = c * (x + a * x2 * x);
-    const T s = T(1) / (T(1) + exp_(T(-2) * u));
-    return g * (s + T(2) * x * s * (T(1) - s) * c * (T(1) + T(3) * a * x2));
-  }
+  template <class T> __device__ T operator()(T g, T x) const { return formulas::gelu_tanh_backward<DeviceMath>(g, x); }
 };
-// d/dx x Phi(x) = Phi(x) + x phi(x).
 struct GeluErfBackward {
-  template <class T> __device__ T operator()(T g, T x) const {
-    const T cdf = T(0.5) * (T(1) + erf_(x * T(0.70710678118654752440)));
-    const T pdf = exp_(T(-0.5) * x * x) * T(0.39894228040143267794);  // 1 / sqrt(2 pi)
-    return g * (cdf + x * pdf);
-  }
+  template <class T> __device__ T operator()(T g, T x) const { return formulas::gelu_erf_backward<DeviceMath>(g, x); }
 };
 
 // --- comparisons ---------------------------------------------------------------------------

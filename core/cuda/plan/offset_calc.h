@@ -8,6 +8,7 @@
 #include <limits>
 
 #include <kiln/core/error.h>
+#include <kiln/core/formulas.h>
 #include <kiln/core/host_device.h>
 #include <kiln/core/shape.h>
 
@@ -55,31 +56,18 @@ struct OffsetCalc {
   }
 };
 
-// Drops size-1 dims and merges dim d into d+1 wherever every operand is laid out contiguously
-// across the pair (so contiguous operands become one dim and need no division). `strides[k]`
+// Drops size-1 dims and merges dims wherever every operand is laid out contiguously across the
+// pair (Note [Collapsing dims]: contiguous operands become one dim and need no division). `strides[k]`
 // are operand k's strides for `shape`, all non-negative.
 template <int N>
 OffsetCalc<N> make_offset_calc(const Shape& shape, const std::array<const Strides*, N>& strides) {
   for (int k = 0; k < N; ++k)
     KILN_ASSERT(strides[k]->size() == shape.size(), "operand ", k, " has strides ", *strides[k], " for shape ", shape);
+  std::array<Strides, N> given;
+  for (int k = 0; k < N; ++k) given[k] = *strides[k];
   Shape sh;
   std::array<Strides, N> st;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    sh.push_back(shape[d]);
-    for (int k = 0; k < N; ++k) st[k].push_back((*strides[k])[d]);
-  }
-  for (int64_t d = sh.ndim() - 2; d >= 0; --d) {
-    bool merge = true;
-    for (int k = 0; k < N; ++k) merge = merge && st[k][d] == st[k][d + 1] * sh[d + 1];
-    if (!merge) continue;
-    sh[d] *= sh[d + 1];
-    sh.erase(sh.begin() + d + 1);
-    for (int k = 0; k < N; ++k) {
-      st[k][d] = st[k][d + 1];
-      st[k].erase(st[k].begin() + d + 1);
-    }
-  }
+  formulas::collapse_dims<N>(shape, given, sh, st);  // Note [Collapsing dims]
   OffsetCalc<N> c;
   if (sh.empty()) return c;  // one element (or a shape with a 0 dim, which callers skip)
   KILN_CHECK(sh.ndim() <= kMaxOffsetDims, "CUDA strided kernel: shape ", shape, " has ", sh.ndim(),
