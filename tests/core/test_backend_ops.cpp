@@ -98,10 +98,12 @@ std::vector<Row> rows() {
          auto mx = ops::max(a[0], 1), mn = ops::min(a[0], 0, true);
          return {mx.values, mx.indices, mn.values, mn.indices};
        }},
+      {"sum(dim=-1), long rows", {x({3, 5000})}, [](const Args& a) -> Outputs { return {ops::sum(a[0], {-1})}; }, 2},
       {"argmax(dim=2), argmin(dim=0)", {x({4, 5, 6})},
        [](const Args& a) -> Outputs { return {ops::argmax(a[0], 2), ops::argmin(a[0], 0)}; }},
       // ---- softmax ----
       {"softmax(dim=-1)", {x({8, 37})}, [](const Args& a) -> Outputs { return {ops::softmax(a[0], -1)}; }},
+      {"softmax(dim=-1), long rows", {x({3, 2000})}, [](const Args& a) -> Outputs { return {ops::softmax(a[0], -1)}; }},
       {"softmax(dim=0)", {x({9, 6}).transposed()}, [](const Args& a) -> Outputs { return {ops::softmax(a[0], 0)}; }},
       {"log_softmax(dim=-1)", {x({5, 50}).strided()},
        [](const Args& a) -> Outputs { return {ops::log_softmax(a[0], -1)}; }},
@@ -121,6 +123,11 @@ std::vector<Row> rows() {
       {"layer_norm(shape={3, 8}, no affine)", {x({2, 5, 3, 8}).strided()},
        [](const Args& a) -> Outputs {
          auto r = ops::layer_norm(a[0], {3, 8}, Tensor(), Tensor());
+         return {r.out, r.mean, r.rstd};
+       }, 2},
+      {"layer_norm(weight, bias), long rows", {x({3, 1500}), x({1500}), x({1500})},
+       [](const Args& a) -> Outputs {
+         auto r = ops::layer_norm(a[0], {1500}, a[1], a[2]);
          return {r.out, r.mean, r.rstd};
        }, 2},
       {"layer_norm_backward", {x({6, 24}), x({6, 24}), x({24}), x({24})},
@@ -274,7 +281,7 @@ TEST_CASE("backend op table: at least 30 rows, each run on the CPU in each of it
   CHECK(r.cases == case_count());
   if (!cuda::is_available())
     MESSAGE("cuda column skipped: ", case_count(), " cases not run (", cuda::build_info(),
-            (cuda::kBuilt ? ", no usable device" : ""), ")");
+            std::string(cuda::kBuilt ? ", no usable device" : ""), ")");
 }
 
 // Reported by doctest as skipped (not passed) without a device. TF32 is switched off so that f32
