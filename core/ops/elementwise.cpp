@@ -47,16 +47,19 @@ Tensor operand(const Tensor& t, Device dev, DType dt) {
   return t.to(dt);
 }
 
-// The kernels by op family. Templates, so that only the CUDA branch of a dispatch line names the
-// CUDA launchers (a build without CUDA never instantiates it: Note [One dispatch line]).
+// The kernels by op family. The CUDA ones are reached from the CUDA branch of a dispatch line
+// inside the templates below, whose lambdas a compiler may still emit at -O0; the kBuilt test keeps
+// a build without CUDA from naming the launchers even then (Note [One dispatch line]).
 template <class Op>
 void launch(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cuda::binary(op, out, a, b);
+  if constexpr (!cuda::kBuilt) return;
+  else if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cuda::binary(op, out, a, b);
   else cuda::compare(op, out, a, b);
 }
 template <class Op>
 void launch_scalar(Op op, const Tensor& out, const Tensor& a, double s) {
-  if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cuda::binary_scalar(op, out, a, s);
+  if constexpr (!cuda::kBuilt) return;
+  else if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cuda::binary_scalar(op, out, a, s);
   else cuda::compare_scalar(op, out, a, s);
 }
 template <class Op>
