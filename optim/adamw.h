@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include <kiln/core/arg.h>
 #include <kiln/optim/grouped_optimizer.h>
 
 namespace kiln::cuda {
@@ -16,23 +17,13 @@ namespace kiln::optim {
 struct AdamWOptions {
   explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
 
-  AdamWOptions& lr(double v) { lr_ = v; return *this; }
-  AdamWOptions& betas(std::pair<double, double> v) { betas_ = v; return *this; }
-  AdamWOptions& eps(double v) { eps_ = v; return *this; }
-  AdamWOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
-  AdamWOptions& amsgrad(bool v) { amsgrad_ = v; return *this; }
-  double lr() const { return lr_; }
-  std::pair<double, double> betas() const { return betas_; }
-  double eps() const { return eps_; }
-  double weight_decay() const { return weight_decay_; }
-  bool amsgrad() const { return amsgrad_; }
+  using Betas = std::pair<double, double>;
 
- private:
-  double lr_;
-  std::pair<double, double> betas_{0.9, 0.999};
-  double eps_ = 1e-8;
-  double weight_decay_ = 1e-2;  // torch.optim.AdamW's default
-  bool amsgrad_ = false;
+  KILN_ARG(double, lr);
+  KILN_ARG(Betas, betas){0.9, 0.999};
+  KILN_ARG(double, eps) = 1e-8;
+  KILN_ARG(double, weight_decay) = 1e-2;  // torch.optim.AdamW's default
+  KILN_ARG(bool, amsgrad) = false;
 };
 
 // Instantiated once, in adamw.cpp, where cuda::AdamWTensors is defined.

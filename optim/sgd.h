@@ -2,6 +2,7 @@
 // update (see sgd.cpp). Parameters are taken as tensors, like torch.optim: no nn dependency.
 #pragma once
 
+#include <kiln/core/arg.h>
 #include <kiln/optim/grouped_optimizer.h>
 
 namespace kiln::cuda {
@@ -14,23 +15,11 @@ namespace kiln::optim {
 struct SGDOptions {
   explicit SGDOptions(double lr = 1e-3) : lr_(lr) {}
 
-  SGDOptions& lr(double v) { lr_ = v; return *this; }
-  SGDOptions& momentum(double v) { momentum_ = v; return *this; }
-  SGDOptions& dampening(double v) { dampening_ = v; return *this; }
-  SGDOptions& nesterov(bool v) { nesterov_ = v; return *this; }
-  SGDOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
-  double lr() const { return lr_; }
-  double momentum() const { return momentum_; }
-  double dampening() const { return dampening_; }
-  bool nesterov() const { return nesterov_; }
-  double weight_decay() const { return weight_decay_; }
-
- private:
-  double lr_;
-  double momentum_ = 0.0;
-  double dampening_ = 0.0;
-  bool nesterov_ = false;
-  double weight_decay_ = 0.0;
+  KILN_ARG(double, lr);
+  KILN_ARG(double, momentum) = 0.0;
+  KILN_ARG(double, dampening) = 0.0;
+  KILN_ARG(bool, nesterov) = false;
+  KILN_ARG(double, weight_decay) = 0.0;
 };
 
 // Instantiated once, in sgd.cpp, where cuda::SGDTensors is defined.

@@ -1,18 +1,18 @@
 // The elementwise kernels on the CPU (the loops behind core/ops/elementwise.h for CPU tensors; the
-// twin of core/cuda/kernels/elementwise.h, whose op enums name the ops for both backends). The front
+// twin of core/cuda/kernels/elementwise.h; the op enums are core/ops/elementwise_op.h). The front
 // promotes and broadcasts: operands already have the output's shape (stride 0 where broadcast) and
 // the dtype the op computes in; any strides. `name` names the op in dtype errors. Outputs are
 // written in place, so an output may also be an input (add_, mul_).
 #pragma once
 
-#include <kiln/core/cuda/kernels/elementwise.h>
+#include <kiln/core/ops/elementwise_op.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::cpu {
 
-using cuda::BinaryOp;
-using cuda::CompareOp;
-using cuda::UnaryOp;
+using ops::BinaryOp;
+using ops::CompareOp;
+using ops::UnaryOp;
 
 // out = op(x), both of one dtype: numeric for neg abs relu square, floating for the others.
 void unary(const char* name, UnaryOp op, const Tensor& out, const Tensor& x);

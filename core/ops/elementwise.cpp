@@ -53,41 +53,41 @@ Tensor operand(const Tensor& t, Device dev, DType dt) {
 template <class Op>
 void launch(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
   if constexpr (!cuda::kBuilt) return;
-  else if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cuda::binary(op, out, a, b);
+  else if constexpr (std::is_same_v<Op, BinaryOp>) cuda::binary(op, out, a, b);
   else cuda::compare(op, out, a, b);
 }
 template <class Op>
 void launch_scalar(Op op, const Tensor& out, const Tensor& a, double s) {
   if constexpr (!cuda::kBuilt) return;
-  else if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cuda::binary_scalar(op, out, a, s);
+  else if constexpr (std::is_same_v<Op, BinaryOp>) cuda::binary_scalar(op, out, a, s);
   else cuda::compare_scalar(op, out, a, s);
 }
 template <class Op>
 void launch_cpu(const char* name, Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  if constexpr (std::is_same_v<Op, cuda::BinaryOp>) cpu::binary(name, op, out, a, b);
+  if constexpr (std::is_same_v<Op, BinaryOp>) cpu::binary(name, op, out, a, b);
   else cpu::compare(name, op, out, a, b);
 }
 // op' with op(s, x) == op'(x, s) exactly, for a scalar on the left.
-std::optional<cuda::BinaryOp> mirrored(cuda::BinaryOp op) {
+std::optional<BinaryOp> mirrored(BinaryOp op) {
   switch (op) {
-    case cuda::BinaryOp::add: return cuda::BinaryOp::add;
-    case cuda::BinaryOp::mul: return cuda::BinaryOp::mul;
-    case cuda::BinaryOp::sub: return cuda::BinaryOp::rsub;
+    case BinaryOp::add: return BinaryOp::add;
+    case BinaryOp::mul: return BinaryOp::mul;
+    case BinaryOp::sub: return BinaryOp::rsub;
     default: return std::nullopt;  // maximum/minimum: which of two equal zeros wins would flip
   }
 }
-std::optional<cuda::CompareOp> mirrored(cuda::CompareOp op) {
+std::optional<CompareOp> mirrored(CompareOp op) {
   switch (op) {
-    case cuda::CompareOp::lt: return cuda::CompareOp::gt;
-    case cuda::CompareOp::le: return cuda::CompareOp::ge;
-    case cuda::CompareOp::gt: return cuda::CompareOp::lt;
-    case cuda::CompareOp::ge: return cuda::CompareOp::le;
+    case CompareOp::lt: return CompareOp::gt;
+    case CompareOp::le: return CompareOp::ge;
+    case CompareOp::gt: return CompareOp::lt;
+    case CompareOp::ge: return CompareOp::le;
     default: return op;
   }
 }
 
 // out = op(x) in x's floating dtype (integers compute in f32).
-Tensor unary_float(const char* name, cuda::UnaryOp op, const Tensor& x) {
+Tensor unary_float(const char* name, UnaryOp op, const Tensor& x) {
   check_defined(x, name);
   DType dt = float_result(x.dtype());
   Tensor in = x.to(dt);
@@ -97,7 +97,7 @@ Tensor unary_float(const char* name, cuda::UnaryOp op, const Tensor& x) {
 }
 
 // out = op(x) in x's dtype.
-Tensor unary_numeric(const char* name, cuda::UnaryOp op, const Tensor& x) {
+Tensor unary_numeric(const char* name, UnaryOp op, const Tensor& x) {
   check_defined(x, name);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   dispatch_device(name, {&x}, [&] { cuda::unary(op, out, x); }, [&] { cpu::unary(name, op, out, x); });
@@ -174,9 +174,9 @@ Tensor binary_scalar(const char* name, Op op, const Tensor& a, double b, Result 
                          [&] { return binary(name, op, a.to(compute), scalar_tensor(b, TensorOptions(compute)), kind); });
 }
 
-using U = cuda::UnaryOp;
-using B = cuda::BinaryOp;
-using C = cuda::CompareOp;
+using U = UnaryOp;
+using B = BinaryOp;
+using C = CompareOp;
 
 }  // namespace
 
@@ -274,7 +274,7 @@ static Tensor inplace_operand(const char* name, const Tensor& a, const Tensor& b
 }
 
 // a = a + alpha * b (add when alpha is 1) or a * b, in place.
-static Tensor& inplace(const char* name, cuda::BinaryOp op, Tensor& a, const Tensor& b, double alpha = 1.0) {
+static Tensor& inplace(const char* name, BinaryOp op, Tensor& a, const Tensor& b, double alpha = 1.0) {
   Tensor be = inplace_operand(name, a, b);
   const bool scaled = alpha != 1.0;
   dispatch_device(

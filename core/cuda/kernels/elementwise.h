@@ -4,18 +4,15 @@
 // are written in place, so an output may also be an input (add_, mul_). No CUDA headers here.
 #pragma once
 
+#include <kiln/core/ops/elementwise_op.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::cuda {
 
-enum class UnaryOp { neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, square };
-// rsub is b - a (scalar form only). gelu_*_backward take (grad, x) and give grad * gelu'(x).
-enum class BinaryOp { add, sub, rsub, mul, div, pow, maximum, minimum, gelu_tanh_backward, gelu_erf_backward };
-enum class CompareOp { eq, ne, lt, le, gt, ge };
-
-const char* op_name(UnaryOp op);
-const char* op_name(BinaryOp op);
-const char* op_name(CompareOp op);
+using ops::BinaryOp;
+using ops::CompareOp;
+using ops::UnaryOp;
+using ops::op_name;
 
 // out = op(x), both of one dtype: numeric for neg abs relu square, floating for the others.
 void unary(UnaryOp op, const Tensor& out, const Tensor& x);

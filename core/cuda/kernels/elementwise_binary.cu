@@ -6,22 +6,6 @@
 
 namespace kiln::cuda {
 
-const char* op_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::rsub: return "rsub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
-    case BinaryOp::pow: return "pow";
-    case BinaryOp::maximum: return "maximum";
-    case BinaryOp::minimum: return "minimum";
-    case BinaryOp::gelu_tanh_backward: return "gelu_tanh_backward";
-    case BinaryOp::gelu_erf_backward: return "gelu_erf_backward";
-  }
-  return "?";
-}
-
 namespace {
 
 template <class Op>

@@ -7,18 +7,6 @@
 
 namespace kiln::cuda {
 
-const char* op_name(CompareOp op) {
-  switch (op) {
-    case CompareOp::eq: return "eq";
-    case CompareOp::ne: return "ne";
-    case CompareOp::lt: return "lt";
-    case CompareOp::le: return "le";
-    case CompareOp::gt: return "gt";
-    case CompareOp::ge: return "ge";
-  }
-  return "?";
-}
-
 void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   const char* name = op_name(op);
   KILN_CHECK(out.dtype() == DType::b8, name, ": the output must be bool, got ", out.dtype());

@@ -7,24 +7,6 @@
 
 namespace kiln::cuda {
 
-const char* op_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::neg: return "neg";
-    case UnaryOp::abs: return "abs";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::gelu_tanh: return "gelu_tanh";
-    case UnaryOp::gelu_erf: return "gelu_erf";
-    case UnaryOp::square: return "square";
-  }
-  return "?";
-}
-
 namespace {
 
 template <class Op>
