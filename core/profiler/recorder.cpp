@@ -197,7 +197,9 @@ Trace stop() {
   const uint64_t session = r.session.load(std::memory_order_relaxed);
   Trace trace;
   std::vector<std::vector<PendingDeviceSpan>> pending;
-  for (auto& b : r.buffers) {
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers = r.buffers;
+  std::stable_partition(buffers.begin(), buffers.end(), [](const auto& b) { return b->name == "main"; });
+  for (auto& b : buffers) {
     std::lock_guard<std::mutex> buffer_lock(b->mutex);
     if (b->session != session || (b->events.empty() && b->spans.empty())) continue;
     const uint32_t track = uint32_t(trace.tracks.size());
