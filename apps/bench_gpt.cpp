@@ -97,6 +97,7 @@ int run(Args a) {
   // Two gpt-1.3b models with their optimizer states do not fit one 80 GB device beside the activations.
   if (a.ddp_overhead && cuda && a.config.empty()) configs = {apps::named_config("gpt2-124m")};
   KILN_CHECK(!(a.ddp_overhead && a.profile_overhead), "--ddp-overhead and --profile-overhead are separate runs");
+  KILN_CHECK(!(a.profile_overhead && !a.profile.file.empty()), "--profile-overhead runs its own sessions: drop --profile");
   std::shared_ptr<dist::ProcessGroup> group;
   if (a.ddp_overhead) group = apps::make_single_rank_group(device);
   apps::StepProfiler step_profiler(a.profile, nullptr, device);
@@ -143,7 +144,7 @@ int run(Args a) {
     o.config = c, o.batch = b, o.seq = t, o.device = device, o.amp = amp, o.warmup = a.warmup, o.steps = a.steps;
     o.gradient_as_bucket_view = a.bucket_view;
     o.recompute = a.recompute;
-    o.profiler = &step_profiler;
+    if (!a.ddp_overhead && !a.profile_overhead) o.profiler = &step_profiler;
     if (a.profile_overhead) {
       o.steps = a.steps * a.rounds;
       apps::BenchStepOptions on = o;
@@ -165,6 +166,7 @@ int run(Args a) {
       o.steps = a.steps * a.rounds;
       apps::BenchStepOptions with_ddp = o;
       with_ddp.ddp_group = group;
+      with_ddp.profiler = &step_profiler;  // --profile: the DDP model's steps (its buckets)
       std::vector<apps::StepTiming> timed = apps::time_kiln_steps({o, with_ddp});
       apps::record_kiln(timed[0], row.sides[0]);
       apps::record_kiln(timed[1], row.sides[1]);

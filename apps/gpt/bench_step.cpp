@@ -47,17 +47,20 @@ class Runner {
 
   void step() {
     if (o_.profiler) o_.profiler->begin_step(steps_);
-    if (ddp_) ddp_->prepare_forward();
-    Tensor loss;
     {
-      const bool autocast = o_.amp != DType::f32;
-      AutocastGuard guard(autocast ? o_.amp : DType::bf16, autocast);
-      loss = model_->loss(idx_, targets_);
+      profiler::Range range("step", profiler::Category::step, {"step", steps_});
+      if (ddp_) ddp_->prepare_forward();
+      Tensor loss;
+      {
+        const bool autocast = o_.amp != DType::f32;
+        AutocastGuard guard(autocast ? o_.amp : DType::bf16, autocast);
+        loss = model_->loss(idx_, targets_);
+      }
+      loss.backward();
+      if (ddp_) ddp_->finish_gradient_synchronization();
+      opt_->step();
+      opt_->zero_grad(/*set_to_none=*/true);
     }
-    loss.backward();
-    if (ddp_) ddp_->finish_gradient_synchronization();
-    opt_->step();
-    opt_->zero_grad(/*set_to_none=*/true);
     if (o_.profiler) o_.profiler->end_step(steps_);
     ++steps_;
   }

@@ -51,11 +51,17 @@ class Range {
     if (enabled()) [[unlikely]]
       begin(name, category, {a0, a1, a2});
   }
-  // A name computed only when profiling is on (e.g. an autograd node's name()).
+  // A name computed only when profiling is on (e.g. an autograd node's name()); a name that
+  // cannot be made (out of memory) leaves the range unrecorded.
   template <class NameFn, class = std::enable_if_t<std::is_invocable_v<NameFn>>>
-  Range(Category category, NameFn&& name_fn) {
-    if (enabled()) [[unlikely]]
-      begin_named(name_fn(), category);
+  Range(Category category, NameFn&& name_fn) noexcept {
+    if (enabled()) [[unlikely]] {
+      try {
+        begin_named(name_fn(), category);
+      } catch (...) {
+        active_ = false;
+      }
+    }
   }
   ~Range() {
     if (active_) [[unlikely]]
@@ -70,7 +76,7 @@ class Range {
 
  private:
   void begin(const char* name, Category category, std::array<Arg, kMaxArgs> args) noexcept;
-  void begin_named(std::string name, Category category);
+  void begin_named(std::string name, Category category) noexcept;
   void end() noexcept;
 
   bool active_ = false;

@@ -186,6 +186,8 @@ void start() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.anchors.clear();
+  // Buffers only the registry still holds belong to threads that have ended.
+  std::erase_if(r.buffers, [](const std::shared_ptr<ThreadBuffer>& b) { return b.use_count() == 1; });
   r.session.fetch_add(1, std::memory_order_relaxed);  // buffers empty themselves on their next event
   detail::g_enabled.store(true, std::memory_order_relaxed);
 }
@@ -246,7 +248,7 @@ void Range::begin(const char* name, Category category, std::array<Arg, kMaxArgs>
   start_ns_ = now_ns();
 }
 
-void Range::begin_named(std::string name, Category category) {
+void Range::begin_named(std::string name, Category category) noexcept {
   dynamic_name_ = std::move(name);
   begin(dynamic_name_.c_str(), category, {});
 }

@@ -264,6 +264,19 @@ TEST_CASE("summarize: bucket all-reduces joined by seq, reducer waits are not co
   CHECK(slices[3] == std::make_pair(std::string("bucket 1e"), 0.090));
 }
 
+TEST_CASE("summarize: with device tracks (CUDA), the overlap uses the device spans of comm and compute streams") {
+  // Hand-made: a device op span [0,100) and a comm span [50,150) joined to a launch: half overlapped.
+  Trace t;
+  t.tracks = {{"main", false}, {"cuda:0 stream 0x1", true}, {"cuda:0 stream 0x2", true}};
+  t.events = {complete("MmBackward", Category::backward, 0, 10, 0),
+              complete("mm", Category::op, 0, 100, 1),
+              complete("allreduce launch", Category::reducer, 5, 6, 0, {"bucket", 0}, {"seq", 1}),
+              complete("allreduce", Category::comm, 50, 150, 2, {"seq", 1})};
+  const Summary s = summarize(t);
+  CHECK(s.overlapped_fraction == doctest::Approx(0.5));
+  CHECK(s.backward_compute_ns == 100);  // the device span, not the host node
+}
+
 TEST_CASE("merge: every rank's events keep their pid; otherData per rank") {
   test::TempDir dir("kiln_profiler");
   std::vector<std::string> files;
