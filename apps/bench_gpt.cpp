@@ -8,6 +8,10 @@
 //   --ddp-overhead: Kiln alone, the plain step against the same step through
 //                  DistributedDataParallel on a one-rank group, the two models stepped in turn
 //                  (issue #6: goal <= 3%).
+//   --profile-overhead: Kiln alone, the step with and without a profiling session, and the bound
+//                  on the hooks' cost when profiling is off (issue #22: goal <= 1%).
+//   --profile FILE --profile-steps A:B: a Chrome trace of the Kiln side's steps A..B-1 of the first
+//                  config (warm-up steps count from 0).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -21,6 +25,8 @@
 
 #include "bench_util.h"
 #include "common/app_main.h"
+#include "common/profiling.h"
+#include "gpt/bench_profile.h"
 #include "gpt/bench_sides.h"
 #include "gpt/bench_step.h"
 #include "gpt/mfu.h"
@@ -34,6 +40,7 @@ using namespace kiln;
 namespace {
 
 constexpr double kDdpOverheadGoal = 0.03;  // issue #6
+constexpr double kProfilerOffGoal = 0.01;  // issue #22
 
 struct Args {
   std::string device = "cpu", dtype, config, python = "/usr/bin/python3", script = KILN_BENCH_GPT_PY;
@@ -41,9 +48,28 @@ struct Args {
   std::vector<std::string> torch_modes;
   int threads = 0, rounds = 0, warmup = 2, steps = 10;
   int64_t batch = 0, seq = 0;
-  bool no_torch = false, ddp_overhead = false, bucket_view = false, recompute = false;
+  bool no_torch = false, ddp_overhead = false, bucket_view = false, recompute = false, profile_overhead = false;
   double peak_flops = 0;
+  apps::ProfileFlags profile;
 };
+
+// --profile-overhead's table: the step without and with a recording session, and the off bound.
+void print_profile_overhead(const std::string& name, const std::string& bt, const apps::StepTiming& off,
+                            const apps::StepTiming& on, double range_ns) {
+  if (!off.ok() || !on.ok()) {
+    std::printf("%-10s %12s %s\n", name.c_str(), bt.c_str(), (!off.ok() ? off.error : on.error).c_str());
+    return;
+  }
+  std::vector<double> ratios;
+  for (size_t i = 0; i < off.step_seconds.size() && i < on.step_seconds.size(); ++i)
+    ratios.push_back(on.step_seconds[i] / off.step_seconds[i]);
+  std::sort(ratios.begin(), ratios.end());
+  const double on_overhead = ratios[ratios.size() / 2] - 1.0;
+  const double off_bound = double(on.events_per_step) * range_ns * 1e-9 / off.seconds;
+  std::printf("%-10s %12s %10.2f %10.2f %+9.2f%% %9lld %11.2f %11.4f%%  %s\n", name.c_str(), bt.c_str(),
+              off.seconds * 1e3, on.seconds * 1e3, 100 * on_overhead, (long long)on.events_per_step, range_ns,
+              100 * off_bound, off_bound <= kProfilerOffGoal ? "met" : "NOT met");
+}
 
 std::string gib(int64_t bytes) {
   char buf[32];
@@ -70,8 +96,18 @@ int run(Args a) {
       a.config.empty() ? apps::default_configs(cuda) : std::vector{apps::named_config(a.config)};
   // Two gpt-1.3b models with their optimizer states do not fit one 80 GB device beside the activations.
   if (a.ddp_overhead && cuda && a.config.empty()) configs = {apps::named_config("gpt2-124m")};
+  KILN_CHECK(!(a.ddp_overhead && a.profile_overhead), "--ddp-overhead and --profile-overhead are separate runs");
+  KILN_CHECK(!(a.profile_overhead && !a.profile.file.empty()), "--profile-overhead runs its own sessions: drop --profile");
   std::shared_ptr<dist::ProcessGroup> group;
   if (a.ddp_overhead) group = apps::make_single_rank_group(device);
+  apps::StepProfiler step_profiler(a.profile, nullptr, device);
+  double range_ns = 0;
+  if (a.profile_overhead) {
+    range_ns = apps::disabled_range_ns();
+    std::printf("bench_gpt: profiler overhead: the step with profiling off and on (a session per step), "
+                "alternating step by step, median of %d steps each; a disabled range costs %.3f ns\n",
+                a.steps * a.rounds, range_ns);
+  }
 
   if (a.ddp_overhead)
     std::printf("bench_gpt: %s %s training step (forward, loss, backward, AdamW, zero_grad) without and with DDP; "
@@ -108,6 +144,19 @@ int run(Args a) {
     o.config = c, o.batch = b, o.seq = t, o.device = device, o.amp = amp, o.warmup = a.warmup, o.steps = a.steps;
     o.gradient_as_bucket_view = a.bucket_view;
     o.recompute = a.recompute;
+    if (!a.ddp_overhead && !a.profile_overhead) o.profiler = &step_profiler;
+    if (a.profile_overhead) {
+      o.steps = a.steps * a.rounds;
+      apps::BenchStepOptions on = o;
+      on.profile_each_step = true;
+      std::vector<apps::StepTiming> timed = apps::time_kiln_steps({o, on});
+      if (rows.empty())
+        std::printf("%-10s %12s %10s %10s %10s %9s %11s %12s  %s\n", "config", "B x T", "off ms", "on ms",
+                    "on cost", "hooks", "ns/hook off", "off bound", "goal <= 1%");
+      print_profile_overhead(bc.name, std::to_string(b) + " x " + std::to_string(t), timed[0], timed[1], range_ns);
+      rows.push_back(Row{bc, b, t, {}});
+      continue;
+    }
     Row row{bc, b, t, {apps::Side{"kiln"}}};
     if (a.ddp_overhead) row.sides.push_back(apps::Side{"kiln + DDP"});
     else if (!a.no_torch)
@@ -117,6 +166,7 @@ int run(Args a) {
       o.steps = a.steps * a.rounds;
       apps::BenchStepOptions with_ddp = o;
       with_ddp.ddp_group = group;
+      with_ddp.profiler = &step_profiler;  // --profile: the DDP model's steps (its buckets)
       std::vector<apps::StepTiming> timed = apps::time_kiln_steps({o, with_ddp});
       apps::record_kiln(timed[0], row.sides[0]);
       apps::record_kiln(timed[1], row.sides[1]);
@@ -138,6 +188,12 @@ int run(Args a) {
     rows.push_back(row);
   }
 
+  step_profiler.finish();
+  if (a.profile_overhead) {
+    std::printf("(ms: median step; on cost: median over i of on step i / off step i, side by side; hooks: events one "
+                "recorded step holds; off bound: hooks x ns/hook off / off step)\n");
+    return 0;
+  }
   if (!a.ddp_overhead && !a.no_torch) std::printf("PyTorch %s\n", torch_info.empty() ? "(no result)" : torch_info.c_str());
   if (a.ddp_overhead) {
     std::printf("%-10s %12s %12s %12s %10s  %s\n", "config", "B x T", "no DDP ms", "DDP ms", "overhead",
@@ -223,6 +279,9 @@ int main(int argc, char** argv) {
   app.add_flag("--ddp-overhead", a.ddp_overhead, "Kiln only: the step without DDP against the step through "
                "DistributedDataParallel on a one-rank group (Gloo on cpu, NCCL on cuda), two models stepped in "
                "turn (default configs on cuda: gpt2-124m only)");
+  app.add_flag("--profile-overhead", a.profile_overhead, "Kiln only: the step with profiling off against the "
+               "same step inside a profiling session (two models stepped in turn), and the off-cost bound");
+  apps::add_profile_flags(app, a.profile);
   app.add_flag("--bucket-view", a.bucket_view, "with --ddp-overhead: DDPOptions().gradient_as_bucket_view(true)");
   return apps::run_main(app, argc, argv, apps::AppMainOptions("bench_gpt"), [&] { return run(a); });
 }

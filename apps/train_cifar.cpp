@@ -23,6 +23,7 @@
 #include "common/duration.h"
 #include "common/job.h"
 #include "common/metrics_writer.h"
+#include "common/profiling.h"
 
 using namespace kiln;
 
@@ -58,6 +59,7 @@ struct Args {
   int threads = 0;
   int log_every = 10;
   int64_t eval_batch_size = 500;
+  apps::ProfileFlags profile;
 };
 
 void add_flags(CLI::App& app, Args& a) {
@@ -100,6 +102,7 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--stop-after-epoch", a.stop_after_epoch, "end the run after this epoch as if interrupted (the LR "
                                                            "schedule still spans --epochs); 0 = run to the end")
       ->check(CLI::NonNegativeNumber);
+  apps::add_profile_flags(app, a.profile);
   app.add_option("--metrics", a.metrics, "JSONL file, one line per epoch: epoch, step, train_loss, test_accuracy, "
                                          "images_per_s, elapsed_s, lr (rank 0 writes it)");
   app.add_option("--acc-svg", a.acc_svg, "SVG plot of test accuracy per epoch, written at the end (rank 0)");
@@ -175,6 +178,7 @@ int run(const Args& a) {
   const int64_t steps_at_start = trainer.global_step();
   const int64_t last_epoch = a.stop_after_epoch > 0 ? std::min(a.stop_after_epoch, a.epochs) : a.epochs;
   const auto ce = CrossEntropyOptions().label_smoothing(a.label_smoothing);
+  apps::StepProfiler profiler(a.profile, job.group, device);  // steps count across epochs (global steps)
   for (int64_t epoch = start_epoch; epoch < last_epoch; ++epoch) {
     sampler.set_epoch(epoch);
     // Augmentation is keyed by the dataset index only (rank 0's key on every rank), so an image is
@@ -189,10 +193,13 @@ int run(const Args& a) {
     while (auto batch = loader.next()) {
       const Tensor& x = batch->inputs;  // on `device` already (uploaded by the loader)
       const Tensor& y = batch->targets;
+      const int64_t step = trainer.global_step();
+      profiler.begin_step(step);
       dist::StepStats stats = trainer.step(
           [&](int m) { return cross_entropy(model->forward(x.slice(0, m * micro, (m + 1) * micro)),
                                             y.slice(0, m * micro, (m + 1) * micro), ce); },
           dist::StepOptions().items(per_rank));
+      profiler.end_step(step);
       {
         NoGradGuard no_grad;
         loss_sum = ops::add(loss_sum, stats.local_loss.to(DType::f64));
@@ -229,6 +236,7 @@ int run(const Args& a) {
       trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, trainer.global_step()), cursor);
     }
   }
+  profiler.finish();
   if (job.main() && !a.acc_svg.empty())
     apps::write_accuracy_svg(a.acc_svg, history,
                              "train_cifar: " + a.model + " model" + (a.data_dir.empty() || a.synthetic ? " (synthetic data)" : ""));

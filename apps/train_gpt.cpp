@@ -18,6 +18,7 @@
 
 #include "common/app_main.h"
 #include "common/job.h"
+#include "common/profiling.h"
 #include "gpt/mfu.h"
 #include "gpt/model_flags.h"
 #include "gpt/report.h"
@@ -43,6 +44,8 @@ struct Args {
   std::string metrics, loss_svg;
   std::optional<double> entropy_floor;
   double peak_flops = 0;
+  double bucket_cap_mb = 25;
+  apps::ProfileFlags profile;
 };
 
 void add_flags(CLI::App& app, Args& a, double& floor_flag) {
@@ -97,6 +100,9 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
                  "mfu, grad_norm, elapsed_s; fp16: skipped, skipped_steps since the last line), one per "
                  "evaluation (val_loss); appended to on --resume");
   app.add_option("--loss-svg", a.loss_svg, "write an SVG loss curve of this run at the end");
+  app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP: MiB of gradients per all-reduce bucket (torch's "
+                 "bucket_cap_mb; the first bucket is 1 MiB)")->check(CLI::PositiveNumber)->capture_default_str();
+  apps::add_profile_flags(app, a.profile);
   app.add_option("--entropy-floor", floor_flag, "the data's entropy floor in nats/token, shown next to the loss "
                  "(default: read from floor.txt next to the --train shards, which kiln-make-shards --synthetic writes)");
   app.add_option("--peak-flops", a.peak_flops, "one rank's peak FLOP/s for MFU; default for cuda: 989e12 (H100/H200 "
@@ -145,7 +151,8 @@ int run(Args a) {
   const DType amp = a.dtype == "fp32" ? DType::f32 : a.dtype == "bf16" ? DType::bf16 : DType::f16;
   dist::TrainerOptions topts = dist::TrainerOptions().grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
                                    .log_every(0)  // train_gpt asks for the loss itself (sync_loss)
-                                   .checkpoint_cursor([&] { return train_loader.cursor(); });
+                                   .checkpoint_cursor([&] { return train_loader.cursor(); })
+                                   .ddp(dist::DDPOptions().bucket_cap_mb(a.bucket_cap_mb));
   if (!a.checkpoint_dir.empty())
     topts.checkpoint_dir(a.checkpoint_dir).checkpoint_every(static_cast<int>(a.checkpoint_every));
   dist::Trainer trainer(model, optimizer, job.group, topts,
@@ -192,15 +199,18 @@ int run(Args a) {
   // are loaded into pinned memory and go up without waiting, and f16's skipped steps are counted
   // on the device.
   Tensor window_skipped;  // f16: steps skipped since the last log line (0-dim f32 on the device)
+  apps::StepProfiler profiler(a.profile, job.group, device);
   while (trainer.global_step() < end_step) {
     const int64_t step = trainer.global_step();
     const bool log = step == first_step || (step + 1) % a.log_every == 0 || step + 1 == end_step;
+    profiler.begin_step(step);
     dist::StepStats s = trainer.step(
         [&](int) {
           data::TokenBatch b = train_loader.next();
           return model->loss(b.x.to(device, /*non_blocking=*/true), b.y.to(device, /*non_blocking=*/true));
         },
         dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
+    profiler.end_step(step);
     window_seconds += s.seconds;
     window_tokens += s.items;
     if (s.found_inf.defined()) window_skipped = window_skipped.defined() ? ops::add(window_skipped, s.found_inf) : s.found_inf;
@@ -217,6 +227,7 @@ int run(Args a) {
       report.eval(step + 1, apps::validation_loss(*model, *val_loader, eval_batches, amp, device, job.group));
   }
 
+  profiler.finish();
   const int64_t done = trainer.global_step();
   if (!a.checkpoint_dir.empty() && (a.checkpoint_every == 0 || done % a.checkpoint_every != 0) && done > first_step)
     trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, done), train_loader.cursor());

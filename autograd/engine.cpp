@@ -9,6 +9,7 @@
 #include <kiln/autograd/meta.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
+#include <kiln/core/profiler/profiler.h>
 
 namespace kiln::autograd {
 
@@ -34,6 +35,7 @@ struct ByNewest {
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   KILN_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " tensors but ", grads.size(), " gradients");
   NoGradGuard no_grad;  // backward formulas are not recorded (no double backward)
+  profiler::Range whole("backward", profiler::Category::step);
 
   std::unordered_map<Node*, NodeState> state;
   std::vector<std::shared_ptr<Node>> keep_alive;
@@ -87,6 +89,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     ready.pop();
     NodeState& st = state[n];
     st.inputs.resize(n->num_outputs());
+    profiler::Range range(profiler::Category::backward, [n] { return n->name(); });
     std::vector<Tensor> out = n->run(std::move(st.inputs));
     if (!retain_graph) n->release();
     KILN_ASSERT(out.size() == n->next_edges.size() || out.empty(), n->name(), " returned ", out.size(),

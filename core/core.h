@@ -11,6 +11,8 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/generator.h>
 #include <kiln/core/parallel.h>
+#include <kiln/core/profiler/profiler.h>
+#include <kiln/core/profiler/summary.h>
 #include <kiln/core/shape.h>
 #include <kiln/core/tensor.h>
 #include <kiln/core/io/safetensors.h>

@@ -8,6 +8,7 @@
 
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
+#include <kiln/core/profiler/profiler.h>
 
 namespace kiln::data {
 
@@ -49,6 +50,7 @@ DataLoader::~DataLoader() {
 }
 
 DataLoader::Slot DataLoader::build(int64_t b) const {
+  profiler::Range range("build batch", profiler::Category::data, {"batch", b});
   const int64_t begin = b * options_.batch_size_;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size_, static_cast<int64_t>(indices_.size()));
   std::span<const int64_t> part(indices_.data() + begin, static_cast<size_t>(end - begin));
@@ -88,6 +90,7 @@ void DataLoader::worker_loop() {
 }
 
 std::optional<Batch> DataLoader::next() {
+  profiler::Range range("next batch", profiler::Category::data);
   std::unique_lock<std::mutex> lock(mu_);
   KILN_CHECK(error_.empty(), error_);  // a failed loader keeps failing
   if (next_out_ >= num_batches_) return std::nullopt;

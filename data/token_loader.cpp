@@ -9,6 +9,7 @@
 
 #include <kiln/core/factory.h>
 #include <kiln/core/generator.h>
+#include <kiln/core/profiler/profiler.h>
 
 namespace kiln::data {
 namespace {
@@ -90,6 +91,7 @@ std::pair<int64_t, int64_t> TokenLoader::window_at(int64_t epoch, int64_t positi
 }
 
 TokenBatch TokenLoader::next() {
+  profiler::Range range("token batch", profiler::Category::data);
   if (position_ + global_batch_ > num_windows_) {
     ++epoch_;
     position_ = 0;

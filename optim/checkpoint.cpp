@@ -10,6 +10,7 @@
 #include <kiln/autograd/grad_mode.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/io/safetensors.h>
+#include <kiln/core/profiler/profiler.h>
 
 namespace kiln::optim {
 
@@ -79,6 +80,7 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.rfi
 
 void save_checkpoint(const std::string& path, const NamedTensors& model, const Optimizer& optimizer,
                      const TrainingProgress& progress) {
+  profiler::Range range("save checkpoint", profiler::Category::checkpoint);
   NamedTensors tensors;
   std::set<std::string> names;
   for (const auto& [name, t] : model) {
@@ -116,6 +118,7 @@ void save_checkpoint(const std::string& path, const NamedTensors& model, const O
 }
 
 TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& model, Optimizer& optimizer) {
+  profiler::Range range("load checkpoint", profiler::Category::checkpoint);
   SafetensorsFile file;
   try {
     file = load_safetensors(path);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <kiln/autograd/grad_mode.h>
+#include <kiln/core/profiler/profiler.h>
 #include <kiln/optim/optimizer.h>
 
 namespace kiln::optim {
@@ -110,6 +111,7 @@ class GroupedOptimizer : public Optimizer {
 
 template <class Options, class CudaTensors>
 void GroupedOptimizer<Options, CudaTensors>::step(const Tensor& found_inf) {
+  profiler::Range range(profiler::Category::optimizer, [&] { return name() + ".step"; });
   NoGradGuard no_grad;
   HostSkip skip_on_host(found_inf);
   for (size_t g = 0; g < num_param_groups(); ++g) {

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include <kiln/core/dispatch.h>
+#include <kiln/core/profiler/profiler.h>
 
 namespace kiln::dist {
 namespace {
@@ -283,6 +284,7 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
   void worker_loop() {
+    profiler::set_thread_name("gloo worker");
     while (true) {
       Job job;
       {
@@ -309,7 +311,10 @@ class GlooProcessGroup final : public ProcessGroup {
     }
     try {
       if (size() > 1) store_->set(progress_key(rank()), std::to_string(job.seq));  // no peer reads it on one rank
-      job.run(static_cast<uint32_t>(job.seq));
+      {
+        profiler::Range range(job.name, profiler::Category::comm, {"seq", int64_t(job.seq)});  // until completion
+        job.run(static_cast<uint32_t>(job.seq));
+      }
       job.work->finish({});
     } catch (const std::exception& e) {
       std::string message = describe(job.name, job.seq) + " failed on rank " + std::to_string(rank()) + " of " +

@@ -11,6 +11,7 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/join.h>
+#include <kiln/core/profiler/profiler.h>
 
 namespace kiln::dist {
 
@@ -195,12 +196,16 @@ void Reducer::start_iteration() {
 void Reducer::mark_ready(size_t i) {
   ready_[i] = true;
   ++num_ready_;
-  --pending_[bucket_of_[i]];
+  if (--pending_[bucket_of_[i]] == 0)
+    profiler::instant("bucket ready", profiler::Category::reducer, {"bucket", int64_t(bucket_of_[i])});
   // Launch in bucket order: a full bucket waits for the ones before it.
   while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
 }
 
 void Reducer::launch(size_t b) {
+  // The collective's sequence number joins this range to the comm side's (Note [Chrome trace layout]).
+  profiler::Range range("allreduce launch", profiler::Category::reducer, {"bucket", int64_t(b)},
+                        {"seq", int64_t(group_->sequence_number()) + (comm_hook_ ? 1 : 0)});
   Bucket& bucket = buckets_[b];
   const bool hooked = static_cast<bool>(comm_hook_);
   NoGradGuard no_grad;
@@ -259,6 +264,7 @@ void Reducer::finalize(bool from_hook) {
   std::vector<std::string> wait_errors(buckets_.size());
   bool waited = true;
   for (size_t b = 0; b < buckets_.size(); ++b) {
+    profiler::Range range("bucket wait", profiler::Category::reducer, {"bucket", int64_t(b)});
     try {
       if (side_works_[b]) side_works_[b]->wait();
       works_[b]->wait();

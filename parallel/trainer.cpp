@@ -17,6 +17,7 @@
 #include <kiln/core/error.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/generator.h>
+#include <kiln/core/profiler/profiler.h>
 #include <kiln/optim/checkpoint.h>
 #include <kiln/optim/clip.h>
 
@@ -103,6 +104,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
 }
 
 StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss, StepOptions options) {
+  profiler::Range range("step", profiler::Category::step, {"step", global_step_});
   const auto start = std::chrono::steady_clock::now();
   const int k = options_.grad_accum_steps_;
   const bool autocast = options_.amp_ != DType::f32;
@@ -120,6 +122,7 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     Tensor loss;
     {
       AutocastGuard guard(autocast ? options_.amp_ : DType::bf16, autocast);
+      profiler::Range forward("forward", profiler::Category::step, {"micro_step", i});
       loss = micro_loss(i);
     }
     KILN_CHECK(loss.defined(), "Trainer::step: micro_loss(", i, ") returned an undefined tensor");

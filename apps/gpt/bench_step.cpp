@@ -12,6 +12,8 @@
 
 #include <kiln/kiln.h>
 
+#include "common/profiling.h"
+
 namespace kiln::apps {
 
 namespace {
@@ -44,27 +46,37 @@ class Runner {
   }
 
   void step() {
-    if (ddp_) ddp_->prepare_forward();
-    Tensor loss;
+    if (o_.profiler) o_.profiler->begin_step(steps_);
     {
-      const bool autocast = o_.amp != DType::f32;
-      AutocastGuard guard(autocast ? o_.amp : DType::bf16, autocast);
-      loss = model_->loss(idx_, targets_);
+      profiler::Range range("step", profiler::Category::step, {"step", steps_});
+      if (ddp_) ddp_->prepare_forward();
+      Tensor loss;
+      {
+        const bool autocast = o_.amp != DType::f32;
+        AutocastGuard guard(autocast ? o_.amp : DType::bf16, autocast);
+        loss = model_->loss(idx_, targets_);
+      }
+      loss.backward();
+      if (ddp_) ddp_->finish_gradient_synchronization();
+      opt_->step();
+      opt_->zero_grad(/*set_to_none=*/true);
     }
-    loss.backward();
-    if (ddp_) ddp_->finish_gradient_synchronization();
-    opt_->step();
-    opt_->zero_grad(/*set_to_none=*/true);
+    if (o_.profiler) o_.profiler->end_step(steps_);
+    ++steps_;
   }
 
   // Seconds of one step, the device synchronized before and after.
   double timed_step() {
     synchronize(o_.device);
+    if (o_.profile_each_step) profiler::start();
     const auto t0 = std::chrono::steady_clock::now();
     step();
     synchronize(o_.device);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o_.profile_each_step) events_ = int64_t(profiler::stop().events.size());
+    return seconds;
   }
+  int64_t events() const { return events_; }
 
  private:
   BenchStepOptions o_;
@@ -72,6 +84,7 @@ class Runner {
   std::unique_ptr<optim::AdamW> opt_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // destroyed before the model and optimizer
   Tensor idx_, targets_;
+  int64_t steps_ = 0, events_ = 0;
 };
 
 // The timed part, separate so that every tensor and model is gone when it returns (also after an
@@ -101,6 +114,7 @@ std::vector<StepTiming> run(const std::vector<BenchStepOptions>& variants) {
     std::sort(times[v].begin(), times[v].end());
     out[v].seconds = times[v][times[v].size() / 2];
     out[v].peak_bytes = peak;
+    out[v].events_per_step = runners[v]->events();
   }
   return out;
 }

@@ -15,6 +15,8 @@
 
 namespace kiln::apps {
 
+class StepProfiler;
+
 struct BenchStepOptions {
   models::GPTConfig config;
   int64_t batch = 8, seq = 128;
@@ -26,12 +28,18 @@ struct BenchStepOptions {
   // forward, backward, finish_gradient_synchronization, step), as dist::Trainer drives it.
   std::shared_ptr<dist::ProcessGroup> ddp_group;
   bool gradient_as_bucket_view = false;  // DDPOptions::gradient_as_bucket_view
+  // --profile: begin_step/end_step around every step (warm-up included, counted from 0).
+  StepProfiler* profiler = nullptr;
+  // --profile-overhead: every timed step runs inside its own profiling session (the recording
+  // costs are timed, collecting the trace after the step is not); StepTiming::events counts them.
+  bool profile_each_step = false;
 };
 
 struct StepTiming {
   double seconds = 0;                // median of the timed steps
   std::vector<double> step_seconds;  // every timed step, in the order they ran
   int64_t peak_bytes = 0;  // CUDA: the caching allocator's peak allocated bytes over the timed steps
+  int64_t events_per_step = 0;  // profile_each_step: trace events of the last timed step
   std::string error;       // set when the step could not run ("out of memory", or the error's message)
   bool oom = false;
   bool ok() const { return error.empty(); }

@@ -6,6 +6,7 @@
 
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/ops/common.h>
+#include <kiln/core/profiler/profiler.h>
 
 namespace kiln::ops {
 
@@ -16,20 +17,30 @@ namespace kiln::ops {
 // `operands` must all be defined and on one device (else the error names the op and both
 // devices). The CUDA branch sits in a discarded `if constexpr` of this template, so a build
 // without CUDA never instantiates it and never references a launcher: no stubs are needed.
+// The line is also the profiler's hook for ops: a range named `op` on the host and, on CUDA, a
+// span on the compute stream (Note [Profiler cost when off] in core/profiler/profiler.h).
 template <class OnCuda, class OnCpu>
 decltype(auto) dispatch_device(const char* op, std::initializer_list<const Tensor*> operands, OnCuda&& on_cuda_fn,
                                OnCpu&& on_cpu_fn) {
+  profiler::Range range(op, profiler::Category::op);
   [[maybe_unused]] const bool gpu = on_cuda(op, operands);
   if constexpr (cuda::kBuilt)
-    if (gpu) return on_cuda_fn();
+    if (gpu) {
+      profiler::DeviceRange span(op, profiler::Category::op, (*operands.begin())->device().index);
+      return on_cuda_fn();
+    }
   return on_cpu_fn();
 }
 
 // The same for a device already known (ops whose operands are not all tensors on one device).
 template <class OnCuda, class OnCpu>
-decltype(auto) dispatch_device(Device device, OnCuda&& on_cuda_fn, OnCpu&& on_cpu_fn) {
+decltype(auto) dispatch_device(const char* op, Device device, OnCuda&& on_cuda_fn, OnCpu&& on_cpu_fn) {
+  profiler::Range range(op, profiler::Category::op);
   if constexpr (cuda::kBuilt)
-    if (device.is_cuda()) return on_cuda_fn();
+    if (device.is_cuda()) {
+      profiler::DeviceRange span(op, profiler::Category::op, device.index);
+      return on_cuda_fn();
+    }
   return on_cpu_fn();
 }
 

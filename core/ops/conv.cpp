@@ -74,7 +74,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     KILN_CHECK(bias.dtype() == x.dtype(), "conv2d: bias dtype ", bias.dtype(), " differs from the input's ",
                x.dtype());
   }
-  return dispatch_device(x.device(), [&] { return cuda::conv2d(x, weight, bias, options); },
+  return dispatch_device("conv2d", x.device(), [&] { return cuda::conv2d(x, weight, bias, options); },
                          [&] { return cpu::conv2d(x, weight, bias, s); });
 }
 
@@ -86,7 +86,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
              " differs from grad_out's ", grad_out.dtype());
   const ConvShapes s = conv_shapes("conv2d_backward_input", input_shape, weight.shape(), options);
   check_grad_out("conv2d_backward_input", grad_out, s);
-  return dispatch_device(grad_out.device(),
+  return dispatch_device("conv2d_backward_input", grad_out.device(),
                          [&] { return cuda::conv2d_backward_input(grad_out, weight, input_shape, options); },
                          [&] { return cpu::conv2d_backward_input(grad_out, weight, input_shape, s); });
 }
@@ -99,7 +99,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
              " differs from grad_out's ", grad_out.dtype());
   const ConvShapes s = conv_shapes("conv2d_backward_weight", x.shape(), weight_shape, options);
   check_grad_out("conv2d_backward_weight", grad_out, s);
-  return dispatch_device(grad_out.device(),
+  return dispatch_device("conv2d_backward_weight", grad_out.device(),
                          [&] { return cuda::conv2d_backward_weight(grad_out, x, weight_shape, options); },
                          [&] { return cpu::conv2d_backward_weight(grad_out, x, weight_shape, s); });
 }
@@ -109,7 +109,7 @@ Tensor conv2d_backward_bias(const Tensor& grad_out) {
   check_floating("conv2d_backward_bias", grad_out);
   KILN_CHECK(grad_out.dim() == 4, "conv2d_backward_bias: expected grad_out (N, O, OH, OW), got shape ",
              grad_out.shape());
-  return dispatch_device(grad_out.device(), [&] { return cuda::conv2d_backward_bias(grad_out); },
+  return dispatch_device("conv2d_backward_bias", grad_out.device(), [&] { return cuda::conv2d_backward_bias(grad_out); },
                          [&] { return cpu::conv2d_backward_bias(grad_out); });
 }
 

@@ -144,7 +144,7 @@ Tensor binary(const char* name, Op op, const Tensor& a, const Tensor& b, Result 
   DType compute = promote_types(a.dtype(), b.dtype());
   if (kind == Result::floating) compute = float_result(compute);
   const DType result = kind == Result::boolean ? DType::b8 : compute;
-  return dispatch_device(dev, [&] { return binary_cuda(op, a, b, shape, compute, result, dev); },
+  return dispatch_device(name, dev, [&] { return binary_cuda(op, a, b, shape, compute, result, dev); },
                          [&] { return binary_cpu(name, op, a, b, shape, compute, result); });
 }
 
@@ -170,7 +170,7 @@ template <class Op>
 Tensor binary_scalar(const char* name, Op op, const Tensor& a, double b, Result kind) {
   check_defined(a, name);
   DType compute = scalar_compute(a, b);
-  return dispatch_device(a.device(), [&] { return binary_scalar_cuda(op, a, b, kind, compute); },
+  return dispatch_device(name, a.device(), [&] { return binary_scalar_cuda(op, a, b, kind, compute); },
                          [&] { return binary(name, op, a.to(compute), scalar_tensor(b, TensorOptions(compute)), kind); });
 }
 
@@ -238,7 +238,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor out = empty(shape, dt, dev);
   Tensor c = operand(cond, dev, DType::b8).expand(shape), ae = operand(a, dev, dt).expand(shape),
          be = operand(b, dev, dt).expand(shape);
-  dispatch_device(dev, [&] { cuda::where(out, c, ae, be); }, [&] {
+  dispatch_device("where", dev, [&] { cuda::where(out, c, ae, be); }, [&] {
     check_cpu("where", {&cond, &a, &b});
     cpu::where(out, c, ae, be);
   });
@@ -252,7 +252,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
              mask.shape(), " cannot be broadcast to the input's shape ", x.shape());
   Tensor out = empty(x.shape(), x.dtype(), dev);
   Tensor xd = operand(x, dev, x.dtype()), m = operand(mask, dev, DType::b8).expand(x.shape());
-  dispatch_device(dev, [&] { cuda::masked_fill(out, xd, m, value); }, [&] {
+  dispatch_device("masked_fill", dev, [&] { cuda::masked_fill(out, xd, m, value); }, [&] {
     check_cpu("masked_fill", {&x, &mask});
     cpu::masked_fill(out, xd, m, value);
   });
@@ -278,7 +278,7 @@ static Tensor& inplace(const char* name, BinaryOp op, Tensor& a, const Tensor& b
   Tensor be = inplace_operand(name, a, b);
   const bool scaled = alpha != 1.0;
   dispatch_device(
-      a.device(), [&] { scaled ? cuda::add_scaled(a, a, be, alpha) : cuda::binary(op, a, a, be); },
+      name, a.device(), [&] { scaled ? cuda::add_scaled(a, a, be, alpha) : cuda::binary(op, a, a, be); },
       [&] {
         check_cpu(name, {&a, &be});
         scaled ? cpu::add_scaled(name, a, a, be, alpha) : cpu::binary(name, op, a, a, be);
@@ -291,7 +291,7 @@ Tensor& mul_(Tensor& a, const Tensor& b) { return inplace("mul_", B::mul, a, b);
 Tensor& mul_(Tensor& a, double b) {
   check_defined(a, "mul_");
   // On CUDA, b goes to the kernel rounded to a's dtype, as scalar_tensor(b, a.dtype()) is.
-  dispatch_device(a.device(), [&] { cuda::binary_scalar(B::mul, a, a, b); },
+  dispatch_device("mul_", a.device(), [&] { cuda::binary_scalar(B::mul, a, a, b); },
                   [&] { inplace("mul_", B::mul, a, scalar_tensor(b, TensorOptions(a.dtype()))); });
   return a;
 }

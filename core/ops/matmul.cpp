@@ -36,7 +36,7 @@ Shape product_batch(const char* op, const Tensor& a2, const Tensor& b2, const Sh
 Tensor product(const char* op, const Tensor& a2, const Tensor& b2, const Tensor& bias, const Shape& a_shape,
                const Shape& b_shape) {
   const Shape batch = product_batch(op, a2, b2, a_shape, b_shape);
-  return dispatch_device(a2.device(), [&] { return cuda::gemm(a2, b2, bias, batch); },
+  return dispatch_device(op, a2.device(), [&] { return cuda::gemm(a2, b2, bias, batch); },
                          [&] { return cpu::gemm(a2, b2, bias, batch); });
 }
 
@@ -102,7 +102,7 @@ LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias
   const Tensor x2 = x.dim() == 1 ? x.unsqueeze(0) : x;
   const Tensor wt = weight.t();
   const Shape batch = product_batch("linear_gelu", x2, wt, x.shape(), weight.shape());
-  if (auto fused = dispatch_device(x.device(), [&] { return cuda::gemm_gelu(x2, wt, bias, batch); },
+  if (auto fused = dispatch_device("linear_gelu", x.device(), [&] { return cuda::gemm_gelu(x2, wt, bias, batch); },
                                    [&] { return cpu::gemm_gelu(x2, wt, bias, batch); })) {
     if (x.dim() == 1) return {fused->out.squeeze(0), fused->pre_gelu.squeeze(0)};
     return {fused->out, fused->pre_gelu};

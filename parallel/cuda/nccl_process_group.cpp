@@ -15,6 +15,7 @@
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/factory.h>
+#include <kiln/core/profiler/profiler.h>
 
 // The communicator is non-blocking (so a missing rank times out instead of hanging), so a call
 // may answer ncclInProgress: the operation is still being enqueued and completes on its own.
@@ -296,7 +297,12 @@ class NcclProcessGroup final : public ProcessGroup {
     ready.record(cuda::current_stream(comm_->device));
     ready.wait(comm_->stream);
     for (const Tensor& t : tensors) cuda::record_stream(t, comm_->stream);
-    issue(static_cast<cudaStream_t>(comm_->stream.handle()));
+    {
+      // Note [Device spans]: the collective on the communication stream, joined to its launch by seq.
+      profiler::DeviceRange span(what, profiler::Category::comm, comm_->device, comm_->stream.handle(),
+                                 {"seq", int64_t(seq)});
+      issue(static_cast<cudaStream_t>(comm_->stream.handle()));
+    }
     wait_enqueued(what, seq);
     return std::make_shared<NcclWork>(comm_, what, seq, std::move(tensors), options_.blocking_wait_,
                                       options_.timeout_);
