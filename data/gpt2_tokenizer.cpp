@@ -137,7 +137,8 @@ Gpt2Tokenizer::Gpt2Tokenizer(std::string_view encoder_json, std::string_view voc
 
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
   const std::string encoder = dir + "/encoder.json", vocab = dir + "/vocab.bpe";
-  return Gpt2Tokenizer(read_file(encoder, "encoder.json"), read_file(vocab, "vocab.bpe"), dir);
+  const std::string encoder_text = read_file(encoder, "encoder.json");  // first: a missing encoder is named first
+  return Gpt2Tokenizer(encoder_text, read_file(vocab, "vocab.bpe"), dir);
 }
 
 // Note [BPE merge loop]
