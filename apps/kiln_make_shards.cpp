@@ -1,16 +1,20 @@
 // kiln-make-shards: writes llm.c-format token shards (train_000000.bin ..., val_000000.bin ...)
 // from the seeded synthetic corpus (printing its entropy floor and writing it to DIR/floor.txt,
-// where train_gpt finds it) or from any file as byte-level tokens. Both stream: at most one shard
-// of tokens is in memory at a time.
+// where train_gpt finds it), or from text files as GPT-2 BPE tokens (--tokenizer gpt2) or raw
+// bytes (--tokenizer bytes, vocab 256). Synthetic and byte tokens stream (at most one shard in
+// memory); GPT-2 tokens are held (2 bytes each) until the val split is known.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iomanip>
 #include <functional>
+#include <iomanip>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,13 +24,14 @@
 
 using namespace kiln;
 using namespace kiln::data;
+namespace fs = std::filesystem;
 
 namespace {
 
 using Source = std::function<std::vector<uint16_t>(int64_t n)>;  // the next n tokens
 
 // Writes `count` tokens from `source` as dir/<split>_000000.bin, ... of at most shard_tokens each.
-int64_t write_split(const std::filesystem::path& dir, const std::string& split, int64_t count, int64_t shard_tokens,
+int64_t write_split(const fs::path& dir, const std::string& split, int64_t count, int64_t shard_tokens,
                     const Source& source) {
   int64_t shards = 0;
   for (int64_t done = 0; done < count; ++shards) {
@@ -39,24 +44,113 @@ int64_t write_split(const std::filesystem::path& dir, const std::string& split, 
   return shards;
 }
 
+// --text files as given, then every regular file under each --dir (recursively, sorted by path,
+// hidden files and folders skipped).
+std::vector<std::string> input_files(const std::vector<std::string>& texts, const std::vector<std::string>& dirs) {
+  std::vector<std::string> files = texts;
+  for (const auto& d : dirs) {
+    std::vector<std::string> found;
+    for (auto it = fs::recursive_directory_iterator(d); it != fs::recursive_directory_iterator(); ++it) {
+      if (it->path().filename().string().rfind('.', 0) == 0) {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file()) found.push_back(it->path().string());
+    }
+    KILN_CHECK(!found.empty(), "--dir ", d, " holds no files");
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), "cannot open ", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Entropy in nats/token of the tokens' own unigram distribution: the loss of the best model that
+// ignores context (and sees the answer's counts), so a model below it has learned context.
+double unigram_entropy(std::span<const uint16_t> tokens) {
+  if (tokens.empty()) return 0;
+  std::vector<int64_t> counts(65536, 0);
+  for (uint16_t t : tokens) ++counts[t];
+  double h = 0, n = double(tokens.size());
+  for (int64_t c : counts)
+    if (c > 0) h -= double(c) / n * std::log(double(c) / n);
+  return h;
+}
+
+// Note [Documents in GPT-2 shards]
+// As llm.c's fineweb.py: every document starts with <|endoftext|> (50256), so a shard begins with
+// one and each boundary is marked. A file is one document, and "<|endoftext|>" written in a file
+// also separates documents there (one big text file can hold many). Documents are encoded on all
+// threads, a batch of files (~16 MB of text) at a time.
+std::vector<uint16_t> gpt2_tokens(const std::vector<std::string>& files, const Gpt2Tokenizer& tok, int threads) {
+  std::vector<uint16_t> tokens;
+  const auto start = std::chrono::steady_clock::now();
+  size_t done_bytes = 0, docs_total = 0;
+  for (size_t f = 0; f < files.size();) {
+    std::vector<std::string> texts;
+    size_t batch_bytes = 0;
+    for (; f < files.size() && batch_bytes < (16u << 20); ++f) {
+      texts.push_back(read_file(files[f]));
+      batch_bytes += texts.back().size();
+    }
+    std::vector<std::string_view> docs;
+    for (const auto& t : texts) {
+      std::string_view rest(t);
+      for (size_t at; (at = rest.find(kEndOfTextString)) != std::string_view::npos; rest.remove_prefix(at + kEndOfTextString.size()))
+        if (at > 0) docs.push_back(rest.substr(0, at));
+      if (!rest.empty()) docs.push_back(rest);
+    }
+    for (const auto& ids : tok.encode_batch(docs, threads)) {
+      tokens.push_back(uint16_t(kGpt2EndOfText));
+      tokens.insert(tokens.end(), ids.begin(), ids.end());  // ids < 50257 fit uint16
+    }
+    docs_total += docs.size();
+    done_bytes += batch_bytes;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("kiln-make-shards: tokenized %zu/%zu files (%zu documents, %.1f MB) -> %zu tokens, %.2f MB/s\n", f,
+                files.size(), docs_total, double(done_bytes) / 1e6, tokens.size(), double(done_bytes) / 1e6 / secs);
+    std::fflush(stdout);
+  }
+  return tokens;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-make-shards: write llm.c/modded-nanogpt token shards (train_*.bin, val_*.bin) from a seeded "
-               "synthetic corpus with a known entropy floor, or from a text file as byte-level tokens (vocab 256). "
+               "synthetic corpus with a known entropy floor, or from text files (--text/--dir) as GPT-2 BPE tokens "
+               "(--tokenizer gpt2: each document starts with <|endoftext|>) or bytes (--tokenizer bytes, vocab 256). "
                "The first (1 - val-fraction) of the tokens go to train, the rest to val. --synthetic also writes "
-               "OUT/floor.txt (the entropy floor in nats/token), which train_gpt reads."};
+               "OUT/floor.txt (the entropy floor in nats/token), which train_gpt reads; text writes "
+               "OUT/unigram_entropy.txt (the val tokens' unigram entropy in nats/token)."};
   bool synthetic = false;
-  std::string text, out;
+  std::vector<std::string> texts, dirs;
+  std::string out, tokenizer = "bytes", tokenizer_dir = gpt2_tokenizer_dir();
   int64_t tokens = 0, shard_tokens = 100'000'000, vocab = 256;
+  int threads = 0;
   uint64_t seed = 0;
   double val_fraction = 0.1, noise = 0.1;
   std::vector<int64_t> lags{16, 24};
   auto* syn = app.add_flag("--synthetic", synthetic,
                            "generate the synthetic corpus (see data/synthetic_corpus.h): each token copies the token "
                            "lag(previous token) places back, or with probability --noise is uniform");
-  auto* txt = app.add_option("--text", text, "tokenize this file byte by byte (vocab 256)")->check(CLI::ExistingFile);
-  syn->excludes(txt);
+  auto* txt = app.add_option("--text", texts, "text files to tokenize, in order (each one a document)")
+                  ->check(CLI::ExistingFile);
+  auto* dir = app.add_option("--dir", dirs, "tokenize every file under this folder (recursively, sorted by path)")
+                  ->check(CLI::ExistingDirectory);
+  syn->excludes(txt)->excludes(dir);
+  app.add_option("--tokenizer", tokenizer, "text: gpt2 (GPT-2 BPE, vocab 50257) or bytes (vocab 256)")
+      ->check(CLI::IsMember({"gpt2", "bytes"}))->capture_default_str();
+  app.add_option("--tokenizer-dir", tokenizer_dir, "gpt2: folder holding encoder.json and vocab.bpe "
+                 "(scripts/get-gpt2-tokenizer.sh)")->capture_default_str();
+  app.add_option("--threads", threads, "gpt2: encoding threads (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--out", out, "output directory (created if missing)")->required();
   app.add_option("--tokens", tokens, "synthetic: total tokens to generate (train + val)")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "synthetic: seed of the stream")->capture_default_str();
@@ -74,28 +168,50 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("kiln-make-shards"), [&]() -> int {
-    KILN_CHECK(synthetic || !text.empty(), "give --synthetic or --text FILE (see --help)");
+    KILN_CHECK(synthetic || !texts.empty() || !dirs.empty(), "give --synthetic, or --text FILE... / --dir DIR (see --help)");
     KILN_CHECK(!synthetic || tokens > 0, "--synthetic needs --tokens N");
-    const std::filesystem::path dir(out);
-    std::filesystem::create_directories(dir);
+    const fs::path dir(out);
+    fs::create_directories(dir);
 
     Source source;
     std::optional<SyntheticCorpus> corpus;
+    std::vector<std::string> files;
+    std::vector<uint16_t> held;  // gpt2: all tokens
+    size_t file_index = 0;
     std::ifstream in;
     if (synthetic) {
       corpus.emplace(SyntheticCorpusOptions().vocab_size(vocab).lags(lags).noise(noise).seed(seed));
       source = [&](int64_t n) { return corpus->generate(n); };
     } else {
-      tokens = static_cast<int64_t>(std::filesystem::file_size(text));
-      KILN_CHECK(tokens > 0, "--text ", text, " is empty");
-      in.open(text, std::ios::binary);
-      KILN_CHECK(in.good(), "cannot open --text ", text);
-      source = [&](int64_t n) {
-        std::string buf(static_cast<size_t>(n), '\0');
-        in.read(buf.data(), n);
-        KILN_CHECK(in.gcount() == n, "reading ", text, ": expected ", n, " more bytes, got ", in.gcount());
-        return bytes_to_tokens(buf);
-      };
+      files = input_files(texts, dirs);
+      if (tokenizer == "gpt2") {
+        held = gpt2_tokens(files, Gpt2Tokenizer::load(tokenizer_dir), threads);
+        tokens = int64_t(held.size());
+        source = [&held, pos = int64_t(0)](int64_t n) mutable {
+          std::vector<uint16_t> part(held.begin() + pos, held.begin() + pos + n);
+          pos += n;
+          return part;
+        };
+      } else {
+        tokens = 0;
+        for (const auto& f : files) tokens += int64_t(fs::file_size(f));
+        // The files' bytes one after another.
+        source = [&](int64_t n) {
+          std::string buf(static_cast<size_t>(n), '\0');
+          for (int64_t got = 0; got < n;) {
+            if (!in.is_open() || in.peek() == std::char_traits<char>::eof()) {
+              KILN_CHECK(file_index < files.size(), "the --text/--dir files ended ", n - got, " bytes early");
+              in = std::ifstream(files[file_index++], std::ios::binary);
+              KILN_CHECK(in.good(), "cannot open ", files[file_index - 1]);
+              continue;
+            }
+            in.read(buf.data() + got, n - got);
+            got += in.gcount();
+          }
+          return bytes_to_tokens(buf);
+        };
+      }
+      KILN_CHECK(tokens > 0, "the --text/--dir files are empty");
     }
     const int64_t val_tokens = std::llround(double(tokens) * val_fraction);
     const int64_t train_tokens = tokens - val_tokens;
@@ -104,7 +220,8 @@ int main(int argc, char** argv) {
     std::printf("kiln-make-shards: wrote %lld train shard(s) (%lld tokens) and %lld val shard(s) (%lld tokens) to %s\n",
                 static_cast<long long>(train_shards), static_cast<long long>(train_tokens),
                 static_cast<long long>(val_shards), static_cast<long long>(val_tokens), dir.string().c_str());
-    const std::filesystem::path floor_path = dir / "floor.txt";
+    const fs::path floor_path = dir / "floor.txt", unigram_path = dir / "unigram_entropy.txt";
+    fs::remove(synthetic ? unigram_path : floor_path);  // a file left by an earlier run of the other kind would be wrong
     if (synthetic) {
       // First token: the floor in nats/token (train_gpt reads it); the rest says where it came from.
       std::ofstream floor_file(floor_path);
@@ -112,14 +229,26 @@ int main(int argc, char** argv) {
                  << " nats/token: entropy floor of the synthetic corpus (kiln-make-shards --vocab " << vocab
                  << " --noise " << noise << " --seed " << seed << ")\n";
       KILN_CHECK(floor_file.good(), "cannot write ", floor_path.string());
-    } else {
-      std::filesystem::remove(floor_path);  // a floor left by an earlier synthetic run would be wrong
-    }
-    if (synthetic)
       std::printf("vocab %lld; entropy floor %.6f nats/token (uniform: %.6f)\n", static_cast<long long>(vocab),
                   corpus->entropy_floor(), std::log(double(vocab)));
-    else
-      std::printf("byte-level tokens from %s, vocab 256\n", text.c_str());
+      return 0;
+    }
+    // The val tokens' unigram entropy, read back from the shards just written.
+    std::vector<uint16_t> val;
+    for (int64_t s = 0; s < val_shards; ++s) {
+      char name[64];
+      std::snprintf(name, sizeof name, "val_%06lld.bin", static_cast<long long>(s));
+      TokenShard shard((dir / name).string());
+      val.insert(val.end(), shard.tokens().begin(), shard.tokens().end());
+    }
+    const double h = unigram_entropy(val);
+    std::ofstream unigram_file(unigram_path);
+    unigram_file << std::setprecision(17) << h << std::setprecision(6)
+                 << " nats/token: unigram entropy of the val tokens (" << val.size() << " tokens, --tokenizer "
+                 << tokenizer << ")\n";
+    KILN_CHECK(unigram_file.good(), "cannot write ", unigram_path.string());
+    std::printf("%s tokens from %zu file(s), vocab %d; val unigram entropy %.4f nats/token\n", tokenizer.c_str(),
+                files.size(), tokenizer == "gpt2" ? 50257 : 256, h);
     return 0;
   });
 }

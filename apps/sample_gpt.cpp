@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -16,7 +17,6 @@
 #include <kiln/kiln.h>
 
 #include "common/app_main.h"
-#include "gpt/bpe_decoder.h"
 #include "gpt/model_flags.h"
 
 using namespace kiln;
@@ -25,7 +25,7 @@ namespace {
 
 struct Args {
   apps::ModelFlags shape;
-  std::string checkpoint, config_path, prompt, prompt_ids, encoder;
+  std::string checkpoint, config_path, prompt, prompt_ids, tokenizer_dir = data::gpt2_tokenizer_dir();
   int64_t tokens = 64, top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 42;
@@ -63,7 +63,19 @@ void load_weights(models::GPT& model, const std::string& path) {
   model.load_state_dict(state, /*strict=*/true);
 }
 
-std::vector<int64_t> prompt_tokens(const Args& a, const models::GPTConfig& c) {
+// GPT-2's tokenizer for GPT-2 vocabularies when --tokenizer-dir holds its files (else ids are
+// printed as numbers and --prompt needs --prompt-ids).
+std::optional<data::Gpt2Tokenizer> load_tokenizer(const Args& a, const models::GPTConfig& c) {
+  if (c.vocab_size == 256) return std::nullopt;
+  const std::filesystem::path dir(a.tokenizer_dir);
+  if (!std::filesystem::exists(dir / "encoder.json") || !std::filesystem::exists(dir / "vocab.bpe")) return std::nullopt;
+  data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(a.tokenizer_dir);
+  KILN_CHECK(int64_t(tok.vocab_size()) <= c.vocab_size, "the GPT-2 tokenizer in ", a.tokenizer_dir, " has ",
+             tok.vocab_size(), " tokens, more than the model's vocabulary ", c.vocab_size);
+  return tok;
+}
+
+std::vector<int64_t> prompt_tokens(const Args& a, const models::GPTConfig& c, const data::Gpt2Tokenizer* bpe) {
   std::vector<int64_t> ids;
   if (!a.prompt_ids.empty()) {
     std::stringstream ss(a.prompt_ids);
@@ -79,9 +91,14 @@ std::vector<int64_t> prompt_tokens(const Args& a, const models::GPTConfig& c) {
       ids.push_back(id);
     }
   } else if (!a.prompt.empty()) {
-    KILN_CHECK(c.vocab_size == 256, "--prompt text needs the byte-level vocabulary (256); this model has ",
-               c.vocab_size, " tokens: give --prompt-ids");
-    for (uint16_t t : data::bytes_to_tokens(a.prompt)) ids.push_back(t);
+    if (bpe) {
+      for (uint32_t t : bpe->encode(a.prompt)) ids.push_back(t);
+    } else {
+      KILN_CHECK(c.vocab_size == 256, "--prompt text needs the byte-level vocabulary (256) or GPT-2's tokenizer "
+                 "files in --tokenizer-dir (scripts/get-gpt2-tokenizer.sh); this model has ", c.vocab_size,
+                 " tokens: give --prompt-ids");
+      for (uint16_t t : data::bytes_to_tokens(a.prompt)) ids.push_back(t);
+    }
   }
   if (ids.empty()) ids.push_back(c.vocab_size == 256 ? '\n' : c.vocab_size - 1);  // '\n' / <|endoftext|>
   return ids;
@@ -117,16 +134,20 @@ int run(const Args& a) {
   load_weights(model, a.checkpoint);
   model.to(device);
   model.eval();
-  std::optional<apps::BpeDecoder> bpe;
-  if (!a.encoder.empty()) bpe.emplace(a.encoder);
+  const std::optional<data::Gpt2Tokenizer> bpe = load_tokenizer(a, config);
   auto emit = [&](int64_t id) {
-    if (config.vocab_size == 256) std::fputc(static_cast<int>(id), stdout);
-    else if (bpe) std::fputs(bpe->decode(id).c_str(), stdout);
-    else std::printf("%lld ", static_cast<long long>(id));
+    if (config.vocab_size == 256) {
+      std::fputc(static_cast<int>(id), stdout);
+    } else if (bpe && id < int64_t(bpe->vocab_size())) {
+      const std::string& bytes = bpe->token_bytes(uint32_t(id));
+      std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    } else {
+      std::printf("%lld ", static_cast<long long>(id));
+    }
     std::fflush(stdout);
   };
 
-  std::vector<int64_t> ids = prompt_tokens(a, config);
+  std::vector<int64_t> ids = prompt_tokens(a, config, bpe ? &*bpe : nullptr);
   for (int64_t id : ids) emit(id);
   std::mt19937_64 rng(a.seed);
   NoGradGuard no_grad;
@@ -170,8 +191,9 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   CLI::App app{"sample_gpt: generate tokens from a GPT checkpoint with a KV cache (one position's forward pass per "
-               "token; when the cache fills block_size it re-primes with the last half block). Byte-level models (vocab 256) print text; GPT-2 vocabularies print text through "
-               "--encoder encoder.json (GPT-2's byte-level BPE table), else the token ids.",
+               "token; when the cache fills block_size it re-primes with the last half block). Byte-level models (vocab 256) print text; GPT-2 vocabularies print text "
+               "and take --prompt text through GPT-2's tokenizer (encoder.json + vocab.bpe in --tokenizer-dir), "
+               "else they print the token ids.",
                "sample_gpt"};
   Args a;
   app.add_option("--checkpoint", a.checkpoint, "a train_gpt checkpoint (DIR/step_N.safetensors) or a Hugging Face "
@@ -179,7 +201,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", a.config_path, "the model's shape as JSON (default: config.json next to the checkpoint, "
                  "which train_gpt writes; else --model)");
   apps::add_model_flags(app, a.shape, "preset when there is no config.json");
-  app.add_option("--prompt", a.prompt, "prompt text (byte-level models; default: a newline)");
+  app.add_option("--prompt", a.prompt, "prompt text (byte-level models, or GPT-2 vocabularies with the tokenizer; "
+                 "default: a newline / <|endoftext|>)");
   app.add_option("--prompt-ids", a.prompt_ids, "prompt as comma-separated token ids (any vocabulary; GPT-2's "
                  "default: <|endoftext|>)");
   app.add_option("--tokens,-n", a.tokens, "tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -188,8 +211,8 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--seed", a.seed, "sampling seed")->capture_default_str();
-  app.add_option("--encoder", a.encoder, "GPT-2's encoder.json, to print GPT-2 tokens as text")
-      ->check(CLI::ExistingFile);
+  app.add_option("--tokenizer-dir", a.tokenizer_dir, "GPT-2 vocabularies: folder holding encoder.json and vocab.bpe "
+                 "(scripts/get-gpt2-tokenizer.sh)")->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: OMP_NUM_THREADS or all cores)");
   app.add_option("--device", a.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_flag("--no-kv-cache", a.no_kv_cache, "recompute the whole context (the last block_size tokens) for every "

