@@ -7,7 +7,8 @@ set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libeigen3-dev doctest-dev libgloo-dev libcli11-dev nlohmann-json3-dev
-      python3 python3-torch)
+      python3 python3-torch
+      clang libclang-rt-dev libomp-dev)  # sanitizer and fuzz builds (scripts/sanitize.sh, fuzz.sh)
 
 missing=()
 for p in "${pkgs[@]}"; do
