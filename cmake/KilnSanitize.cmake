@@ -3,7 +3,7 @@
 # -fsanitize=<list>; UBSan findings abort (no recovery) so a test that trips one fails.
 # KILN_FUZZ=ON (clang only): the libraries are also compiled with libFuzzer's coverage
 # instrumentation (-fsanitize=fuzzer-no-link) and fuzz/ builds one harness per reader. It implies
-# address,undefined, so one build directory serves both the ASan+UBSan test suite and the fuzzers.
+# address,undefined. scripts/fuzz.sh builds it with clang and without the tests (build-fuzz/).
 set(KILN_SANITIZE "" CACHE STRING "Sanitizers for every C++ file and link, e.g. address,undefined or thread")
 option(KILN_FUZZ "Build the libFuzzer harnesses in fuzz/ (clang only; implies KILN_SANITIZE=address,undefined)" OFF)
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (fuzz/, in the ASan+UBSan build of scripts/sanitize.sh asan) and
-# runs each for SECONDS (default 60) over its committed seed corpus (README, "Sanitizers and fuzzers").
+# Builds the libFuzzer harnesses (fuzz/; clang, ASan + UBSan + coverage, libraries only, in
+# build-fuzz/) and runs each for SECONDS (default 60) over its committed seed corpus (README, "Sanitizers and fuzzers").
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]     e.g. scripts/fuzz.sh 600 safetensors checkpoint
-# New inputs a run finds go to build-asan/fuzz/corpus/<name>/ (the committed corpus is only read);
+# New inputs a run finds go to build-fuzz/fuzz/corpus/<name>/ (the committed corpus is only read);
 # a crash, sanitizer report, leak, timeout or over-limit allocation stops that harness and leaves
-# the input in build-asan/fuzz/findings/<name>/: fix the reader, copy the input into
+# the input in build-fuzz/fuzz/findings/<name>/: fix the reader, copy the input into
 # fuzz/corpus/<name>/ as a regression seed. KILN_FUZZ_PARALLEL=N runs N harnesses at once
 # (default 1; CI uses the machine's cores). Exits non-zero if any harness found something.
 set -uo pipefail
@@ -14,10 +14,17 @@ shift || true
 all=(token_shard safetensors checkpoint cifar10 store_protocol gpt_config)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
-build=${KILN_SANITIZE_BUILD_DIR:-$root/build-asan}
-targets=""
-for n in "${names[@]}"; do targets+="fuzz_$n "; done
-KILN_SANITIZE_BUILD_DIR=$build KILN_SANITIZE_TARGETS="$targets" "$root/scripts/sanitize.sh" asan || exit 1
+build=${KILN_FUZZ_BUILD_DIR:-$root/build-fuzz}
+cxx=${KILN_FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
+[ -n "$cxx" ] || { echo "fuzz.sh: clang++ not found (scripts/setup-deps.sh installs clang)" >&2; exit 1; }
+targets=()
+for n in "${names[@]}"; do targets+=("fuzz_$n"); done
+start=$(date +%s)
+cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DCMAKE_CXX_COMPILER="$cxx" -DKILN_FUZZ=ON \
+  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_APPS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" >/dev/null || exit 1
+cmake --build "$build" -j "${KILN_JOBS:-$(nproc)}" --target "${targets[@]}" || exit 1
+echo "fuzz.sh: harnesses built in $(( $(date +%s) - start )) s"
 
 export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
