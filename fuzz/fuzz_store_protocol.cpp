@@ -63,7 +63,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 1: c.dead = true; break;
         case 2: check_replies(c.out); c.out.clear(); break;
         default: {
-          const size_t len = pos < size ? std::min<size_t>(data[pos++], size - pos) : 0;
+          size_t len = 0;
+          if (pos < size) {
+            len = data[pos++];
+            len = std::min(len, size - pos);
+          }
           c.in.append(reinterpret_cast<const char*>(data + pos), len);
           pos += len;
         }
