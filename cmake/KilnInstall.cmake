@@ -17,6 +17,7 @@ foreach(dir core autograd nn optim parallel data models)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${dir}
           FILES_MATCHING PATTERN "*.h"
           PATTERN "tcp_store_detail.h" EXCLUDE
+          PATTERN "tcp_store_server_core.h" EXCLUDE
           PATTERN "core/cuda" EXCLUDE
           PATTERN "core/cpu" EXCLUDE
           PATTERN "core/ops" EXCLUDE)

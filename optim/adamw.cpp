@@ -103,7 +103,8 @@ void AdamW::check_hyper_params(const HyperParams& hp) const {
 //   p -= lr / (1 - beta1^t) * m / denom
 void AdamW::update_on_cpu(size_t g, size_t i, Tensor& p, const Tensor& grad, ParamState& st) {
   const AdamWOptions& o = options(g);
-  const auto [beta1, beta2] = o.betas();
+  // Plain variables, not a structured binding: the lambda below captures them, which clang < 16 refuses.
+  const double beta1 = o.betas().first, beta2 = o.betas().second;
   if (st.step == 0) start_state(st, p, o.amsgrad());
   KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
              " has state from ", st.step, " steps without amsgrad; amsgrad cannot be switched on mid-run");

@@ -1,7 +1,9 @@
-// The TCP store's server: one thread serves every client with poll(), keeps the key-value map,
-// and parks GET/WAIT requests until their keys are set (Note [TCP store protocol]). A peer that
-// breaks the protocol or its limits loses its connection; the others are served on.
+// The TCP store's server: one thread serves every client with poll() and moves bytes between the
+// sockets and the protocol state (ServerCore, tcp_store_server_core.h), which keeps the key-value
+// map and parks GET/WAIT requests until their keys are set (Note [TCP store protocol]). A peer
+// that breaks the protocol or its limits loses its connection; the others are served on.
 #include "tcp_store_detail.h"
+#include "tcp_store_server_core.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -10,11 +12,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <map>
 #include <thread>
-#include <unordered_map>
 
 #include <kiln/core/error.h>
 
@@ -22,17 +22,6 @@ namespace kiln::dist::tcp {
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr size_t kOutHighWater = 1 << 20;  // stop taking requests from a peer that does not read
-constexpr size_t kMaxFrameBytes = 5 + 2 * 8 + kMaxKeyBytes + kMaxValueBytes;
-
-struct Client {
-  Fd fd;
-  std::string in, out;
-  bool dead = false;
-  bool parked = false;     // a GET or WAIT is waiting for keys
-  Frame waiting;           // the parked request
-  std::string parked_on;   // its first missing key, where it is listed in `waiters`
-};
 
 }  // namespace
 
@@ -40,23 +29,13 @@ struct Server::State {
   std::string where;
   Fd listener, wake_read, wake_write;
   std::thread thread;
-  std::unordered_map<std::string, std::string> data;
-  std::map<uint64_t, Client> clients;
-  std::unordered_map<std::string, std::vector<uint64_t>> waiters;  // parked client ids by key
-  uint64_t next_id = 0;
+  ServerCore core;
+  std::map<uint64_t, Fd> sockets;  // by client id
 
   void run();
   void accept_clients();
-  void read_from(Client& c);
-  bool write_to(Client& c);
-  bool handle_frames(uint64_t id, Client& c);
-  void handle(uint64_t id, Client& c, Frame& req);
-  bool try_answer(uint64_t id, Client& c);
-  void notify(const std::string& key);
-  void unpark(uint64_t id, Client& c);
-  void reply(Client& c, uint8_t tag, std::vector<std::string> items = {}) {
-    encode_frame(Frame{tag, std::move(items)}, c.out);
-  }
+  void read_from(Fd& fd, ClientState& c);
+  bool write_to(Fd& fd, ClientState& c);
 };
 
 Server::Server(const std::string& host, uint16_t port) : state_(std::make_unique<State>()) {
@@ -97,6 +76,7 @@ Server::~Server() {
 void Server::State::run() {
   std::vector<pollfd> fds;
   std::vector<uint64_t> ids;
+  auto& clients = core.clients();
   for (;;) {
     fds.clear();
     ids.clear();
@@ -108,7 +88,7 @@ void Server::State::run() {
       short events = 0;
       if (c.out.size() <= kOutHighWater && c.in.size() < kMaxFrameBytes) events |= POLLIN | POLLRDHUP;
       if (!c.out.empty()) events |= POLLOUT;
-      fds.push_back({c.fd.get(), events, 0});
+      fds.push_back({sockets.at(id).get(), events, 0});
       ids.push_back(id);
     }
     if (::poll(fds.data(), fds.size(), -1) < 0) {
@@ -118,22 +98,19 @@ void Server::State::run() {
     if (fds[0].revents) return;  // stop requested
     if (fds[1].revents & POLLIN) accept_clients();
     for (size_t i = 0; i < ids.size(); ++i) {
-      Client& c = clients.at(ids[i]);
       const short ev = fds[i + 2].revents;
-      if (ev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) read_from(c);
+      if (ev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) read_from(sockets.at(ids[i]), clients.at(ids[i]));
     }
     // A frame may unpark another client, and a flushed reply lets a client's buffered frames
     // run: repeat until nothing moves.
     for (bool progress = true; progress;) {
       progress = false;
       for (auto& [id, c] : clients)
-        if (!c.dead) progress |= handle_frames(id, c);
+        if (!c.dead) progress |= core.handle_frames(id);
       for (auto& [id, c] : clients)
-        if (!c.dead) progress |= write_to(c);
+        if (!c.dead) progress |= write_to(sockets.at(id), c);
     }
-    for (auto& [id, c] : clients)
-      if (c.dead) unpark(id, c);
-    std::erase_if(clients, [](const auto& kv) { return kv.second.dead; });
+    for (uint64_t id : core.remove_dead()) sockets.erase(id);
   }
 }
 
@@ -147,14 +124,14 @@ void Server::State::accept_clients() {
       return;
     }
     set_nodelay(fd);
-    clients[next_id++].fd = Fd(fd);
+    sockets.emplace(core.add_client(), Fd(fd));
   }
 }
 
-void Server::State::read_from(Client& c) {
+void Server::State::read_from(Fd& fd, ClientState& c) {
   char buf[kReadChunk];
   while (c.in.size() < kMaxFrameBytes) {
-    const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
+    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
     if (n > 0) {
       c.in.append(buf, size_t(n));
       continue;
@@ -167,10 +144,10 @@ void Server::State::read_from(Client& c) {
 }
 
 // Sends what the socket takes; true when any bytes went out.
-bool Server::State::write_to(Client& c) {
+bool Server::State::write_to(Fd& fd, ClientState& c) {
   bool wrote = false;
   while (!c.out.empty()) {
-    const ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    const ssize_t n = ::send(fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
     if (n > 0) {
       c.out.erase(0, size_t(n));
       wrote = true;
@@ -181,117 +158,6 @@ bool Server::State::write_to(Client& c) {
     break;
   }
   return wrote;
-}
-
-// Handles the complete frames buffered for `c`; false when none could be handled.
-bool Server::State::handle_frames(uint64_t id, Client& c) {
-  bool progress = false;
-  size_t pos = 0;
-  Frame req;
-  while (c.out.size() <= kOutHighWater) {
-    size_t used = 0;
-    const Parse p = parse_frame(c.in.data() + pos, c.in.size() - pos, req, used);
-    if (p == Parse::incomplete) break;
-    if (p == Parse::bad || req.tag >= kOk || (c.parked && req.tag != kCancel)) {
-      c.dead = true;  // a broken or hostile peer: drop it, keep serving the others
-      return progress;
-    }
-    pos += used;
-    progress = true;
-    handle(id, c, req);
-  }
-  c.in.erase(0, pos);
-  return progress;
-}
-
-void Server::State::handle(uint64_t id, Client& c, Frame& req) {
-  switch (req.tag) {
-    case kSet: {
-      std::string key = req.items[0];
-      data[key] = std::move(req.items[1]);
-      reply(c, kOk);
-      notify(key);
-      return;
-    }
-    case kAdd: {
-      const std::string& key = req.items[0];
-      int64_t value = 0;
-      if (auto it = data.find(key); it != data.end()) {
-        const std::string& s = it->second;
-        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-        if (ec != std::errc() || end != s.data() + s.size()) {
-          reply(c, kError, {"add(\"" + key + "\"): the stored value is not a decimal integer"});
-          return;
-        }
-      }
-      const int64_t delta = decode_i64(req.items[1]);
-      if (__builtin_add_overflow(value, delta, &value)) {
-        reply(c, kError, {"add(\"" + key + "\", " + std::to_string(delta) + ") overflows int64"});
-        return;
-      }
-      data[key] = std::to_string(value);
-      reply(c, kOk, {encode_i64(value)});
-      notify(key);
-      return;
-    }
-    case kCheck:
-      reply(c, kOk, {std::string(1, data.count(req.items[0]) ? '\1' : '\0')});
-      return;
-    case kGet:
-    case kWait:
-      c.parked = true;
-      c.waiting = std::move(req);
-      try_answer(id, c);
-      return;
-    case kCancel: {
-      std::vector<std::string> missing;
-      if (c.parked) {
-        for (const std::string& k : c.waiting.items)
-          if (!data.count(k)) missing.push_back(k);
-        unpark(id, c);
-      }
-      reply(c, kCancelled, std::move(missing));
-      return;
-    }
-    default:
-      c.dead = true;
-  }
-}
-
-// Answers c's parked request if all its keys exist; otherwise parks it on the first missing key.
-bool Server::State::try_answer(uint64_t id, Client& c) {
-  for (const std::string& k : c.waiting.items) {
-    if (!data.count(k)) {
-      waiters[k].push_back(id);
-      c.parked_on = k;
-      return false;
-    }
-  }
-  c.parked = false;
-  if (c.waiting.tag == kGet) reply(c, kOk, {data.at(c.waiting.items[0])});
-  else reply(c, kOk);
-  c.waiting.items.clear();
-  return true;
-}
-
-void Server::State::notify(const std::string& key) {
-  auto node = waiters.extract(key);
-  if (node.empty()) return;
-  for (uint64_t id : node.mapped()) {
-    auto it = clients.find(id);
-    if (it != clients.end() && it->second.parked) try_answer(id, it->second);
-  }
-}
-
-// Forgets c's parked request (cancelled, or its peer is gone).
-void Server::State::unpark(uint64_t id, Client& c) {
-  if (!c.parked) return;
-  c.parked = false;
-  c.waiting.items.clear();
-  if (auto it = waiters.find(c.parked_on); it != waiters.end()) {
-    std::erase(it->second, id);
-    if (it->second.empty()) waiters.erase(it);
-  }
 }
 
 }  // namespace kiln::dist::tcp

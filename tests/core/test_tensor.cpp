@@ -69,6 +69,14 @@ TEST_CASE("view after transpose: allowed where the strides permit, reshape copie
   CHECK(values(r)[4] == 12.0);  // row 1 of the reshaped copy is a[0][1][*]... t[0][1] = a[1][0]
 }
 
+TEST_CASE("a tensor with no elements is contiguous, as in torch (found by fuzz_safetensors)") {
+  CHECK(empty({0, 0}).is_contiguous());
+  CHECK(zeros({2, 0, 3}).is_contiguous());
+  Tensor e = empty({0, 4});
+  CHECK(e.contiguous().is_same(e));
+  CHECK(empty({3, 4}).t().slice(0, 0, 0).is_contiguous());
+}
+
 TEST_CASE("contiguous, to(dtype) and item") {
   Tensor a = test::random({3, 5}, DType::f32, 9);
   Tensor t = a.t();
