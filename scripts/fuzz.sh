@@ -11,7 +11,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-60}
 shift || true
-all=(token_shard safetensors checkpoint cifar10 store_protocol gpt_config)
+all=(token_shard safetensors checkpoint cifar10 store_protocol gpt_config tokenizer)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 build=${KILN_FUZZ_BUILD_DIR:-$root/build-fuzz}
@@ -31,8 +31,17 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # Inputs: a few KB (the formats' headers and a few records); CIFAR needs room for 2 records of 3073 B.
 max_len() { case $1 in cifar10) echo 8192 ;; checkpoint|safetensors) echo 8192 ;; *) echo 4096 ;; esac; }
 
+# The tokenizer harness encodes with GPT-2's own tables (scripts/get-gpt2-tokenizer.sh, run by
+# setup-deps.sh); without them (offline) it is skipped, saying so.
+gpt2_dir=${KILN_CACHE:+$KILN_CACHE/gpt2}
+gpt2_dir=${gpt2_dir:-${XDG_CACHE_HOME:-${HOME:-.}/.cache}/kiln/gpt2}
+
 run_one() {
   local n=$1 out=$build/fuzz
+  if [ "$n" = tokenizer ] && [ ! -f "$gpt2_dir/encoder.json" -o ! -f "$gpt2_dir/vocab.bpe" ]; then
+    echo "fuzz tokenizer: SKIPPED (no GPT-2 tables in $gpt2_dir; scripts/get-gpt2-tokenizer.sh fetches them)"
+    return 0
+  fi
   mkdir -p "$out/corpus/$n" "$out/findings/$n" "$out/logs"
   # -malloc_limit_mb: one allocation over 256 MB from an input of at most 8 KB is a finding (a
   # missing cap on an absurd header), as is a leak, a 10-second input or 2 GB of RSS.
