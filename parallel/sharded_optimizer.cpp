@@ -211,7 +211,9 @@ optim::NamedTensors ShardedOptimizer::local_state_dict() const {
     const optim::ParamState& st = inner_->state(g, j);
     if (st.step == 0) continue;
     const ShardPiece& piece = layout_.piece(i);
-    out.emplace_back(shard_key(g, k), from_vector<int64_t>({piece.begin, piece.end, flat_params_[i].numel()}, {3}));
+    std::vector<int64_t> range = {piece.begin, piece.end, flat_params_[i].numel()};
+    for (int64_t d : flat_params_[i].shape()) range.push_back(d);
+    out.emplace_back(shard_key(g, k), from_vector<int64_t>(range, {int64_t(range.size())}));
     out.emplace_back(state_key(g, k, "step"), scalar_tensor(double(st.step), DType::i64));
     for (const std::string& name : inner_->state_buffer_names(g)) {
       auto it = st.buffers.find(name);
@@ -236,8 +238,13 @@ optim::NamedTensors ShardedOptimizer::merge_local_state_dicts(const std::vector<
       if (k.rfind("shard.", 0) != 0) continue;
       const std::string gi = k.substr(6);  // "<g>.<i>"
       const std::vector<int64_t> range = t.to_vector<int64_t>();
-      KILN_CHECK(range.size() == 3 && 0 <= range[0] && range[0] <= range[1] && range[1] <= range[2],
-                 "ShardedOptimizer: shard ", s, ": '", k, "' is not [begin, end, numel]");
+      KILN_CHECK(range.size() >= 3 && 0 <= range[0] && range[0] <= range[1] && range[1] <= range[2],
+                 "ShardedOptimizer: shard ", s, ": '", k, "' is not [begin, end, numel, shape...]");
+      Shape shape(range.begin() + 3, range.end());
+      int64_t count = 1;
+      for (int64_t d : shape) count *= d;
+      KILN_CHECK(count == range[2], "ShardedOptimizer: shard ", s, ": '", k, "' has shape ", shape, " but ", range[2],
+                 " elements");
       const std::string prefix = "state." + gi + ".";
       for (const auto& [name, buf] : shards[s]) {
         if (name.rfind(prefix, 0) != 0) continue;
@@ -253,11 +260,11 @@ optim::NamedTensors ShardedOptimizer::merge_local_state_dicts(const std::vector<
                    buf.numel(), " elements but its range [", range[0], ", ", range[1], ") holds ", range[1] - range[0]);
         if (it == at.end()) {
           at[name] = out.size();
-          out.emplace_back(name, zeros({range[2]}, TensorOptions(buf.dtype())));
+          out.emplace_back(name, zeros(shape, TensorOptions(buf.dtype())));
           it = at.find(name);
         }
         NoGradGuard no_grad;
-        out[it->second].second.narrow(0, range[0], range[1] - range[0]).copy_(buf);
+        out[it->second].second.reshape({-1}).narrow(0, range[0], range[1] - range[0]).copy_(buf.reshape({-1}));
       }
     }
   }

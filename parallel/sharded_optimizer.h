@@ -94,7 +94,8 @@ class ShardedOptimizer : public optim::Optimizer {
   void load_state_dict(const optim::NamedTensors& dict) override;
   // This rank's shard state: param_groups as above, and for every parameter with local elements
   // "state.<g>.<i>.step", "state.<g>.<i>.<buffer>" (its local elements, 1-D) and
-  // "shard.<g>.<i>" (i64 [begin, end, numel]: the flattened parameter's elements it holds).
+  // "shard.<g>.<i>" (i64 [begin, end, numel, shape...]: the flattened parameter's elements it
+  // holds, and the parameter's shape).
   optim::NamedTensors local_state_dict() const;
   // Assembles full state from the local_state_dict()s of every rank of a run (any world size).
   static optim::NamedTensors merge_local_state_dicts(const std::vector<optim::NamedTensors>& shards);
