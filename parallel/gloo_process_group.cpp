@@ -357,12 +357,14 @@ class GlooProcessGroup final : public ProcessGroup {
     try {
       if (size() > 1) store_->set(progress_key(rank()), std::to_string(job.seq));  // no peer reads it on one rank
       job.run(static_cast<uint32_t>(job.seq));
+      job.run = nullptr;  // the tensors it captured are released before wait() returns, not after
       job.work->finish({});
     } catch (const std::exception& e) {
       std::string message = describe(job.name, job.seq) + " failed on rank " + std::to_string(rank()) + " of " +
                             std::to_string(size()) + " (timeout " + std::to_string(options_.timeout_.count()) +
                             " ms): " + e.what() + "; " + late_ranks(job.seq);
       broken_ = message;
+      job.run = nullptr;
       job.work->finish(std::move(message));
     }
   }

@@ -95,7 +95,7 @@ void ShardedOptimizer::set_shard_grads() {
     if (!view.defined()) continue;
     const ShardPiece& piece = layout_.piece(i);
     if (use_local_grad_) {
-      view.set_grad(local_grad().narrow(0, piece.local_offset, piece.size()));
+      view.set_grad(local_grad_ready_ ? local_grad().narrow(0, piece.local_offset, piece.size()) : Tensor());
       continue;
     }
     Tensor g = flat_params_[i].grad();
@@ -128,6 +128,7 @@ void ShardedOptimizer::step(const Tensor& found_inf) {
   // The shard views' .grad alias the full gradients or local_grad: drop them with the step.
   for (const Tensor& v : shard_views_)
     if (v.defined()) v.set_grad(Tensor());
+  local_grad_ready_ = false;
   gather_parameters();
   has_consolidated_ = false;
   consolidated_.clear();

@@ -74,6 +74,9 @@ class ShardedOptimizer : public optim::Optimizer {
   bool uses_local_grad() const { return use_local_grad_; }
   // This rank's gradient chunks (local_numel elements), allocated on first use.
   Tensor& local_grad();
+  // ShardedReducer::finish() marks local_grad() as holding this step's gradients; step() uses it
+  // only then (and clears the mark), so a step without a backward updates nothing, as without ZeRO.
+  void set_local_grad_ready(bool ready) { local_grad_ready_ = ready; }
   // This rank's parameter chunks, updated by the wrapped optimizer.
   const Tensor& local_params() const { return local_params_; }
 
@@ -131,6 +134,7 @@ class ShardedOptimizer : public optim::Optimizer {
   Tensor local_params_, local_grad_;
   std::unique_ptr<optim::Optimizer> inner_;
   bool use_local_grad_ = false;
+  bool local_grad_ready_ = false;
   optim::NamedTensors consolidated_;
   bool has_consolidated_ = false;
 };

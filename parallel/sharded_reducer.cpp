@@ -138,6 +138,7 @@ void ShardedReducer::finish() {
     NoGradGuard no_grad;
     ops::mul_(optimizer_->local_grad(), 1.0 / world);  // DDP's sum then multiply (reducer.cpp)
   }
+  optimizer_->set_local_grad_ready(true);
 }
 
 }  // namespace kiln::dist

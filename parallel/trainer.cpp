@@ -232,6 +232,7 @@ std::vector<optim::RngState> Trainer::gather_rng_states() {
 
 void Trainer::sync_buffers() {
   if (ddp_) ddp_->prepare_forward();
+  if (sharded_reducer_ && options_.ddp_.broadcast_buffers_) sharded_reducer_->broadcast_buffers();
 }
 
 void Trainer::save_checkpoint(const std::string& path, const std::string& data_cursor) {
