@@ -78,9 +78,14 @@ TEST_CASE("ZeRO-2 keeps only the gradient shard: .grad is released and local_gra
     rows.net = NetSpec{5, 6, 3};
     auto [x, y] = batch_rows(rows, 0, pg.rank() * 4, 4, 12);
     mse_loss(net->forward(x), y).backward();
+    // Every bucket's reduce-scatter was launched from the gradient hooks, during backward, in
+    // bucket order: before finish() is called.
+    const size_t buckets = sharded->layout().buckets().size();
+    expect(buckets >= 2, "the test net spreads over several buckets");
+    expect(reducer->reduce_scatters_total() == int64_t(buckets), "one reduce_scatter per bucket during backward");
+    for (size_t b = 0; b < buckets; ++b) expect(reducer->launch_order()[b] == b, "buckets launch in order");
     reducer->finish();
     for (const Tensor& p : net->parameters()) expect(!p.grad().defined(), "a full .grad survived the backward");
-    expect(reducer->reduce_scatters_total() == int64_t(sharded->layout().buckets().size()), "one reduce_scatter per bucket");
     // The oracle: the full-batch gradient on one process, sliced to this rank's pieces.
     auto ref = std::make_shared<Net>(seed_for_rank(0), NetSpec{5, 6, 3});
     auto [xa, ya] = batch_rows(rows, 0, 0, 12, 12);
