@@ -45,7 +45,7 @@ TEST_CASE("NCCL reduce_scatter / allgather: odd chunks and padded shards equal t
     const Device dev = Device::cuda(r);
     for (DType dt : {DType::f32, DType::bf16}) {
       for (int64_t chunk : {int64_t(0), int64_t(1), int64_t(7), int64_t(1001)}) {
-        std::vector<double> in(size_t(chunk * world)), want_rs(size_t(chunk)), want_ag;
+        std::vector<double> in(static_cast<size_t>(chunk * world)), want_rs(static_cast<size_t>(chunk)), want_ag;
         for (int64_t i = 0; i < chunk * world; ++i) in[size_t(i)] = contribution(r, i);
         for (int64_t i = 0; i < chunk; ++i) {
           double s = 0;
@@ -56,7 +56,7 @@ TEST_CASE("NCCL reduce_scatter / allgather: odd chunks and padded shards equal t
         Tensor out = zeros({chunk}, TensorOptions(dt).device(dev));
         pg->reduce_scatter(out, input, dist::AllreduceOptions().op(dist::ReduceOp::avg))->wait();
         expect_values(out.to(Device::cpu()), want_rs, test::rtol_for(dt), "nccl reduce_scatter avg");
-        std::vector<double> mine(size_t(chunk));
+        std::vector<double> mine(static_cast<size_t>(chunk));
         for (int64_t i = 0; i < chunk; ++i) mine[size_t(i)] = contribution(r, i);
         for (int q = 0; q < world; ++q)
           for (int64_t i = 0; i < chunk; ++i) want_ag.push_back(contribution(q, i));
