@@ -12,6 +12,8 @@
 //                  on the hooks' cost when profiling is off (issue #22: goal <= 1%).
 //   --profile FILE --profile-steps A:B: a Chrome trace of the Kiln side's steps A..B-1 of the first
 //                  config (warm-up steps count from 0).
+//   --sharding none,zero1,zero2: Kiln alone, the step through dist::Trainer in each sharding mode on
+//                  --world forked CPU ranks (Gloo), next to DDP (none): ms/step and bytes/param.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include "common/app_main.h"
 #include "common/profiling.h"
 #include "gpt/bench_profile.h"
+#include "gpt/bench_sharding.h"
 #include "gpt/bench_sides.h"
 #include "gpt/bench_step.h"
 #include "gpt/mfu.h"
@@ -49,6 +52,8 @@ struct Args {
   int threads = 0, rounds = 0, warmup = 2, steps = 10;
   int64_t batch = 0, seq = 0;
   bool no_torch = false, ddp_overhead = false, bucket_view = false, recompute = false, profile_overhead = false;
+  std::vector<std::string> sharding;  // --sharding: modes to time on --world ranks
+  int world = 2;
   double peak_flops = 0;
   apps::ProfileFlags profile;
 };
@@ -77,7 +82,44 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
+// --sharding: each mode on a.world forked CPU ranks, DDP (none) first as the reference row.
+int run_sharding(const Args& a) {
+  KILN_CHECK(a.device == "cpu", "--sharding runs forked CPU ranks (Gloo); GPU rows need one process per GPU "
+             "under kiln-run (train_gpt --sharding)");
+  apps::ShardingBenchOptions o;
+  const apps::BenchConfig bc = apps::named_config(a.config.empty() ? "gpt-tiny" : a.config);
+  o.config = bc.config;
+  o.batch = a.batch > 0 ? a.batch : 4;
+  o.seq = a.seq > 0 ? a.seq : std::min<int64_t>(64, bc.config.block_size);
+  o.amp = a.dtype == "bf16" ? DType::bf16 : DType::f32;
+  o.warmup = a.warmup, o.steps = a.steps, o.world = a.world;
+  o.threads_per_rank = std::max(1, (a.threads > 0 ? a.threads : num_threads()) / a.world);
+  std::vector<dist::Sharding> modes;
+  for (const std::string& m : a.sharding) modes.push_back(dist::parse_sharding(m));
+  std::printf("bench_gpt --sharding: %s, B=%lld T=%lld per rank, %s, world %d (forked CPU ranks, Gloo, %d thread(s) "
+              "each); median of %d steps after %d warm-up\n", bc.name.c_str(), (long long)o.batch, (long long)o.seq,
+              o.amp == DType::bf16 ? "bf16 autocast" : "f32", o.world, o.threads_per_rank, o.steps, o.warmup);
+  std::fflush(stdout);
+  const auto rows = apps::time_sharding_modes(o, modes);
+  double ddp_seconds = 0;
+  for (const auto& r : rows)
+    if (r.mode == dist::Sharding::none && r.error.empty()) ddp_seconds = r.seconds;
+  std::printf("%-8s %10s %10s %14s\n", "mode", "ms/step", "vs DDP", "bytes/param");
+  for (const auto& r : rows) {
+    if (!r.error.empty()) {
+      std::printf("%-8s %s\n", dist::sharding_name(r.mode), r.error.c_str());
+      continue;
+    }
+    char ratio[32] = "-";
+    if (ddp_seconds > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.seconds / ddp_seconds);
+    std::printf("%-8s %10.2f %10s %14.2f\n", dist::sharding_name(r.mode), r.seconds * 1e3, ratio, r.bytes_per_param);
+  }
+  std::printf("(bytes/param: rank 0's CPU allocator, live bytes after a step above the pre-model baseline)\n");
+  return 0;
+}
+
 int run(Args a) {
+  if (!a.sharding.empty()) return run_sharding(a);
   const bool cuda = a.device == "cuda";
   KILN_CHECK(!cuda || cuda::is_available(), "--device cuda: no usable CUDA device (", cuda::build_info(),
              "); use --device cpu");
@@ -282,6 +324,10 @@ int main(int argc, char** argv) {
   app.add_flag("--profile-overhead", a.profile_overhead, "Kiln only: the step with profiling off against the "
                "same step inside a profiling session (two models stepped in turn), and the off-cost bound");
   apps::add_profile_flags(app, a.profile);
+  app.add_option("--sharding", a.sharding, "Kiln only: time the Trainer's step in these sharding modes (none = DDP, "
+                 "zero1, zero2) on --world forked CPU ranks, e.g. --sharding none,zero1,zero2 (default config "
+                 "gpt-tiny, B=4 T=64 per rank)")->delimiter(',')->check(CLI::IsMember({"none", "zero1", "zero2", "full"}));
+  app.add_option("--world", a.world, "ranks for --sharding")->check(CLI::Range(1, 16))->capture_default_str();
   app.add_flag("--bucket-view", a.bucket_view, "with --ddp-overhead: DDPOptions().gradient_as_bucket_view(true)");
   return apps::run_main(app, argc, argv, apps::AppMainOptions("bench_gpt"), [&] { return run(a); });
 }

@@ -38,7 +38,8 @@ struct Args {
   int64_t eval_every = 0, eval_tokens = 65536, log_every = 10;
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
-  bool resume = false, recompute = false;
+  bool resume = false, recompute = false, sharded_checkpoints = false;
+  std::string sharding = "none";
   uint64_t seed = 1337;
   int threads = 0;
   std::string metrics, loss_svg;
@@ -91,6 +92,13 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
                "schedule, RNG, data cursor), if there is one");
   app.add_flag("--recompute", a.recompute, "activation checkpointing: keep only each block's input and re-run the "
                "block in backward (about 1/3 more compute, far less activation memory; same results)");
+  app.add_option("--sharding", a.sharding, "data parallel sharding: none (DDP), zero1 (AdamW state sharded, "
+                 "ZeroRedundancyOptimizer), zero2 (state and gradients sharded: reduce-scatter per bucket); full "
+                 "(FSDP) is not implemented yet")->check(CLI::IsMember({"none", "zero1", "zero2", "full"}))
+      ->capture_default_str();
+  app.add_flag("--sharded-checkpoints", a.sharded_checkpoints, "with zero1/zero2: every rank writes its optimizer "
+               "shard next to the checkpoint (rank 0 the index) instead of rank 0 writing the gathered state; "
+               "either kind resumes at any world size and sharding");
   app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
   app.add_option("--device", a.device, "cpu or cuda (under a launcher each rank takes cuda:LOCAL_RANK)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
@@ -151,6 +159,8 @@ int run(Args a) {
   const DType amp = a.dtype == "fp32" ? DType::f32 : a.dtype == "bf16" ? DType::bf16 : DType::f16;
   dist::TrainerOptions topts = dist::TrainerOptions().grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
                                    .log_every(0)  // train_gpt asks for the loss itself (sync_loss)
+                                   .sharding(dist::parse_sharding(a.sharding))
+                                   .sharded_checkpoints(a.sharded_checkpoints)
                                    .checkpoint_cursor([&] { return train_loader.cursor(); })
                                    .ddp(dist::DDPOptions().bucket_cap_mb(a.bucket_cap_mb));
   if (!a.checkpoint_dir.empty())

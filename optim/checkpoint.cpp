@@ -80,6 +80,11 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.rfi
 
 void save_checkpoint(const std::string& path, const NamedTensors& model, const Optimizer& optimizer,
                      const TrainingProgress& progress) {
+  save_checkpoint(path, model, optimizer.state_dict(), optimizer.name(), progress);
+}
+
+void save_checkpoint(const std::string& path, const NamedTensors& model, const NamedTensors& optimizer_state,
+                     const std::string& optimizer_name, const TrainingProgress& progress) {
   profiler::Range range("save checkpoint", profiler::Category::checkpoint);
   NamedTensors tensors;
   std::set<std::string> names;
@@ -89,7 +94,7 @@ void save_checkpoint(const std::string& path, const NamedTensors& model, const O
                      "' appears twice");
     tensors.emplace_back("model." + name, t.detach());
   }
-  for (const auto& [key, t] : optimizer.state_dict()) tensors.emplace_back("optimizer." + key, t);
+  for (const auto& [key, t] : optimizer_state) tensors.emplace_back("optimizer." + key, t);
   Tensor cursor = empty({static_cast<int64_t>(progress.data_cursor.size())}, DType::u8);
   if (!progress.data_cursor.empty())
     std::memcpy(cursor.data_ptr(), progress.data_cursor.data(), progress.data_cursor.size());
@@ -105,7 +110,7 @@ void save_checkpoint(const std::string& path, const NamedTensors& model, const O
   std::map<std::string, std::string> meta;
   meta["format"] = kFormat;
   meta["format_version"] = std::to_string(kCheckpointFormatVersion);
-  meta["optimizer"] = optimizer.name();
+  meta["optimizer"] = optimizer_name;
   meta["global_step"] = std::to_string(progress.global_step);
   meta["scheduler_step"] = std::to_string(progress.scheduler_step);
   meta["rng.count"] = std::to_string(progress.rng.size());

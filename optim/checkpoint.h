@@ -53,6 +53,11 @@ struct TrainingProgress {
 void save_checkpoint(const std::string& path, const NamedTensors& model, const Optimizer& optimizer,
                      const TrainingProgress& progress);
 
+// The same with the optimizer's state given as its state_dict() and name(): what a sharded optimizer
+// writes once it gathered its state, or its parameter groups alone (parallel/sharded_checkpoint.h).
+void save_checkpoint(const std::string& path, const NamedTensors& model, const NamedTensors& optimizer_state,
+                     const std::string& optimizer_name, const TrainingProgress& progress);
+
 // Reads and validates the whole file first: readable safetensors, format and version, checksum,
 // the optimizer's kind, every model name present with the caller's shape and dtype and no other,
 // the optimizer state (validate_state_dict), and the metadata numbers. Any problem throws

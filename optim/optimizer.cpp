@@ -42,6 +42,16 @@ void Optimizer::set_lr(size_t group, double lr) {
   set_hyper_params(group, hp);
 }
 
+void Optimizer::set_hyper_parameters(size_t group, const HyperParams& values) {
+  HyperParams current = hyper_params(group);
+  for (const auto& [k, v] : values)
+    KILN_CHECK(current.count(k), name_, ": no hyper-parameter '", k, "'");
+  KILN_CHECK(values.size() == current.size(), name_, ": set_hyper_parameters needs all ", current.size(),
+             " hyper-parameters, got ", values.size());
+  check_hyper_params(values);
+  set_hyper_params(group, values);
+}
+
 double Optimizer::initial_lr(size_t group) const {
   (void)params(group);
   return initial_lr_[group];

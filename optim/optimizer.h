@@ -90,16 +90,24 @@ class Optimizer {
   // CUDA parameter, reading `step` from the device costs a host sync.
   const ParamState& state(size_t group, size_t index) const;
 
-  NamedTensors state_dict() const;
+  // Virtual so that a wrapper (dist::ShardedOptimizer) can store sharded state in this format.
+  virtual NamedTensors state_dict() const;
   // Throws kiln::Error naming the problem (and changes nothing) when `dict` does not fit.
-  void validate_state_dict(const NamedTensors& dict) const;
-  void load_state_dict(const NamedTensors& dict);
+  virtual void validate_state_dict(const NamedTensors& dict) const;
+  virtual void load_state_dict(const NamedTensors& dict);
+
+  // Group `group`'s hyper-parameters by name, and their update (checked as add_param_group's);
+  // the names of the state buffers each parameter of the group holds once updated.
+  HyperParams hyper_parameters(size_t group) const { return hyper_params(group); }
+  void set_hyper_parameters(size_t group, const HyperParams& values);
+  std::vector<std::string> state_buffer_names(size_t group) const { return state_keys(hyper_params(group)); }
 
   // The optimizer's name, for messages ("SGD", "AdamW").
   const std::string& name() const { return name_; }
 
  protected:
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
+  void set_name(std::string name) { name_ = std::move(name); }  // a wrapper takes the wrapped one's
 
   // Derived classes describe their hyper-parameters; the base stores and serialises them.
   virtual HyperParams hyper_params(size_t group) const = 0;

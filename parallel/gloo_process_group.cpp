@@ -12,6 +12,8 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include <condition_variable>
 #include <cstdio>
@@ -52,6 +54,9 @@ class GlooStore final : public gloo::rendezvous::Store {
   static inline const std::string kPrefix = "gloo/";
   std::shared_ptr<dist::Store> store_;
 };
+
+// Slot prefix of run_reduce_scatter's messages: Gloo's own collectives use 0x01 .. 0x08.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x20;
 
 std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
 
@@ -216,9 +221,8 @@ class GlooProcessGroup final : public ProcessGroup {
                "Gloo reduce_scatter: avg needs a floating dtype, got ", input.dtype());
     auto fn = reduce_function(input.dtype(), op);
     return enqueue("reduce_scatter", [this, out = output, in = input, op, fn](uint32_t tag) {
-      Tensor scratch = in.clone();
-      run_allreduce(scratch, op, fn, tag);
-      std::memcpy(out.data_ptr(), static_cast<const char*>(scratch.data_ptr()) + rank() * out.nbytes(), out.nbytes());
+      run_reduce_scatter(out, in, fn, tag);
+      if (op == ReduceOp::avg) divide(out.data_ptr(), out.dtype(), size_t(out.numel()), size());
     });
   }
 
@@ -262,6 +266,49 @@ class GlooProcessGroup final : public ProcessGroup {
       gloo::allreduce(o);
     }
     if (op == ReduceOp::avg) divide(t.data_ptr(), t.dtype(), n, size());
+  }
+
+  // Note [Ring reduce-scatter]
+  // Gloo (2022) has no options-style reduce-scatter for arbitrary dtypes, so this is the classic
+  // ring over Gloo's unbound buffers: the input is size() chunks of m elements; in step s (0 ..
+  // size-2) rank r sends its partial sum of chunk (r - s - 1) mod size to rank r + 1 and receives
+  // the partial of chunk (r - s - 2) mod size from rank r - 1, adding its own input chunk to it.
+  // After size - 1 steps the partial that arrives is chunk r summed over every rank. Each rank
+  // moves (size - 1) * m elements (an all-reduce moves twice that) and needs two m-element
+  // scratch chunks, never a copy of the whole input. Chunk r's sum is formed in the order
+  // r+1, r+2, ..., r (mod size); with two ranks that is the all-reduce's a + b bitwise.
+  void run_reduce_scatter(const Tensor& out, const Tensor& in, const gloo::AllreduceOptions::Func& fn,
+                          uint32_t tag) {
+    const size_t bytes = out.nbytes();
+    if (bytes == 0) return;
+    const char* src = static_cast<const char*>(in.data_ptr());
+    if (size() == 1) {
+      std::memcpy(out.data_ptr(), src, bytes);
+      return;
+    }
+    const int n = size(), r = rank();
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    auto chunk = [&](int c) { return src + size_t((c % n + n) % n) * bytes; };
+    std::vector<char> acc(bytes), recv(bytes);
+    auto send_buf = context_->createUnboundBuffer(acc.data(), bytes);
+    auto recv_buf = context_->createUnboundBuffer(recv.data(), bytes);
+    // The first step sends the input chunk itself: a buffer over it (Gloo only reads it).
+    auto first_buf = context_->createUnboundBuffer(const_cast<char*>(chunk(r - 1)), bytes);
+    const gloo::Slot slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+    const size_t count = size_t(out.numel());
+    for (int s = 0; s < n - 1; ++s) {
+      const uint64_t step_slot = slot + static_cast<uint8_t>(s % 256);  // Gloo keeps one pair's messages in order
+      recv_buf->recv(prev, step_slot);
+      auto& sending = s == 0 ? first_buf : send_buf;
+      sending->send(next, step_slot);
+      KILN_CHECK_DIST(recv_buf->waitRecv(options_.timeout_), "reduce_scatter: receiving step ", s, " from rank ",
+                      prev, " was aborted");
+      KILN_CHECK_DIST(sending->waitSend(options_.timeout_), "reduce_scatter: sending step ", s, " to rank ", next,
+                      " was aborted");
+      // recv holds the partial of chunk (r - s - 2); add this rank's share of it.
+      void* dst = s == n - 2 ? out.data_ptr() : static_cast<void*>(acc.data());
+      fn(dst, recv.data(), chunk(r - s - 2), count);
+    }
   }
 
   std::shared_ptr<Work> enqueue(const char* name, std::function<void(uint32_t)> run) {
@@ -314,6 +361,7 @@ class GlooProcessGroup final : public ProcessGroup {
       {
         profiler::Range range(job.name, profiler::Category::comm, {"seq", int64_t(job.seq)});  // until completion
         job.run(static_cast<uint32_t>(job.seq));
+        job.run = nullptr;  // the tensors it captured are released before wait() returns, not after
       }
       job.work->finish({});
     } catch (const std::exception& e) {
@@ -321,6 +369,7 @@ class GlooProcessGroup final : public ProcessGroup {
                             std::to_string(size()) + " (timeout " + std::to_string(options_.timeout_.count()) +
                             " ms): " + e.what() + "; " + late_ranks(job.seq);
       broken_ = message;
+      job.run = nullptr;
       job.work->finish(std::move(message));
     }
   }

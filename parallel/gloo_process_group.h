@@ -25,7 +25,8 @@ struct GlooOptions {
 // Tensors are CPU and contiguous; dtypes f32, f64, bf16, f16, i64, i32, u8. Reductions run in the
 // tensor's dtype (bf16/f16 element pairs are added in float and rounded, as NCCL does), so the
 // wire carries 2 bytes per bf16 element. avg is sum then divide, floating dtypes only.
-// reduce_scatter is an allreduce of a scratch copy of the input, keeping this rank's chunk.
+// reduce_scatter is a ring (Note [Ring reduce-scatter]); allgather is Gloo's ring allgather.
+// Both take equal chunks, as NCCL's do; parallel/shard_layout.h pads sizes that do not divide.
 // A tensor handed to a collective must not be touched until its Work's wait() returns.
 // After a failure the group is broken: later collectives fail at once, citing the first failure.
 std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,

@@ -1,4 +1,5 @@
 // kiln/parallel: the Store, process groups (Gloo), init_process_group, DistributedDataParallel,
+// sharded data parallel (ZeRO-1/2),
 // the data-parallel Trainer and the launcher logic behind kiln-run.
 #pragma once
 
@@ -10,6 +11,11 @@
 #include <kiln/parallel/launcher.h>
 #include <kiln/parallel/nccl_process_group.h>
 #include <kiln/parallel/process_group.h>
+#include <kiln/parallel/shard_layout.h>
+#include <kiln/parallel/sharded_checkpoint.h>
+#include <kiln/parallel/sharded_optimizer.h>
+#include <kiln/parallel/sharded_reducer.h>
+#include <kiln/parallel/sharding.h>
 #include <kiln/parallel/spawn.h>
 #include <kiln/parallel/store.h>
 #include <kiln/parallel/trainer.h>

@@ -20,6 +20,7 @@
 #include <kiln/core/profiler/profiler.h>
 #include <kiln/optim/checkpoint.h>
 #include <kiln/optim/clip.h>
+#include <kiln/parallel/sharded_checkpoint.h>
 
 namespace kiln::dist {
 
@@ -71,12 +72,23 @@ std::vector<Tensor> optimizer_params(const optim::Optimizer& optimizer) {
   return out;
 }
 
+// zero1/zero2 (with a group): the optimizer rebuilt over shards (sharding.h), unless it is one.
+std::shared_ptr<optim::Optimizer> maybe_shard(std::shared_ptr<optim::Optimizer> optimizer,
+                                              const std::shared_ptr<ProcessGroup>& group, const TrainerOptions& o) {
+  if (!optimizer || !group || (o.sharding_ != Sharding::zero1 && o.sharding_ != Sharding::zero2)) return optimizer;
+  if (std::dynamic_pointer_cast<ShardedOptimizer>(optimizer)) return optimizer;
+  return shard_optimizer(*optimizer, group, ShardedOptimizerOptions()
+                                                .bucket_cap_mb(o.ddp_.bucket_cap_mb_)
+                                                .first_bucket_cap_mb(o.ddp_.first_bucket_cap_mb_));
+}
+
 }  // namespace
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer,
                  std::shared_ptr<ProcessGroup> group, TrainerOptions options, optim::LRLambda schedule)
     : model_(std::move(model)),
-      optimizer_(std::move(optimizer)),
+      optimizer_(maybe_shard(std::move(optimizer), group, options)),
+      sharded_(std::dynamic_pointer_cast<ShardedOptimizer>(optimizer_)),
       group_(std::move(group)),
       options_(std::move(options)),
       scheduler_(non_null(optimizer_), 
@@ -100,7 +112,15 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
     rank_ = group_->rank();
     world_ = group_->size();
   }
-  if (world_ > 1) ddp_ = std::make_unique<DistributedDataParallel>(model_, group_, options_.ddp_);
+  const Sharding sharding = group_ ? options_.sharding_ : Sharding::none;
+  KILN_CHECK(sharding != Sharding::full, "Trainer: sharding 'full' (FSDP / ZeRO-3) is not implemented yet; use "
+             "zero1 or zero2");
+  KILN_CHECK(sharding != Sharding::zero2 || options_.amp_ != DType::f16, "Trainer: sharding zero2 with amp f16 "
+             "(GradScaler) is not supported: the scaler unscales full gradients; use bf16, or zero1");
+  if (sharding == Sharding::zero2)
+    sharded_reducer_ = ShardedReducer::create(sharded_, model_);
+  else if (world_ > 1)
+    ddp_ = std::make_unique<DistributedDataParallel>(model_, group_, options_.ddp_);
 }
 
 StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss, StepOptions options) {
@@ -119,6 +139,10 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
     if (ddp_ && i + 1 < k) no_sync.emplace(*ddp_);
     if (ddp_) ddp_->prepare_forward();
+    if (sharded_reducer_) {  // Note [ZeRO-2 gradients]: no_sync accumulates unsharded .grad
+      sharded_reducer_->set_require_backward_grad_sync(i + 1 == k);
+      if (options_.ddp_.broadcast_buffers_) sharded_reducer_->broadcast_buffers();
+    }
     Tensor loss;
     {
       AutocastGuard guard(autocast ? options_.amp_ : DType::bf16, autocast);
@@ -135,13 +159,16 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     loss_sum = loss_sum.defined() ? loss_sum + value : value;
   }
   if (ddp_) ddp_->finish_gradient_synchronization();
+  if (sharded_reducer_) sharded_reducer_->finish();
 
   // Note [Trainer host reads]: nothing below reads a device value unless this is a log step.
   if (f16) {
     scaler_.unscale_(*optimizer_);
     scaler_.set_found_inf(any_rank_found_inf(scaler_.found_inf_tensor()));
   }
-  if (options_.clip_grad_norm_ > 0)
+  if (options_.clip_grad_norm_ > 0 && sharded_)
+    stats.grad_norm_tensor = sharded_->clip_grad_norm(options_.clip_grad_norm_);  // global norm across shards
+  else if (options_.clip_grad_norm_ > 0)
     stats.grad_norm_tensor = optim::clip_grad_norm_tensor(optimizer_params(*optimizer_), options_.clip_grad_norm_);
   if (f16) {
     stats.found_inf = scaler_.step_async(*optimizer_);
@@ -208,6 +235,7 @@ std::vector<optim::RngState> Trainer::gather_rng_states() {
 
 void Trainer::sync_buffers() {
   if (ddp_) ddp_->prepare_forward();
+  if (sharded_reducer_ && options_.ddp_.broadcast_buffers_) sharded_reducer_->broadcast_buffers();
 }
 
 void Trainer::save_checkpoint(const std::string& path, const std::string& data_cursor) {
@@ -219,6 +247,11 @@ void Trainer::save_checkpoint(const std::string& path, const std::string& data_c
   progress.rng = gather_rng_states();  // collective: every rank's default generator
   progress.data_cursor = data_cursor;
   for (auto& [name, t] : scaler_.state_dict()) progress.extra.emplace_back(kScalerPrefix + name, t);
+  if (sharded_ && options_.sharded_checkpoints_) {
+    save_sharded_checkpoint(path, model_->state_dict(), *sharded_, progress, *group_);  // collective
+    return;
+  }
+  if (sharded_) sharded_->consolidate_state_dict();  // collective: rank 0 then writes the full state
   std::string failure;
   if (rank_ == 0) {
     try {
@@ -242,6 +275,8 @@ std::optional<std::string> Trainer::load_checkpoint(const std::string& path) {
   std::error_code ec;
   KILN_CHECK(fs::is_regular_file(path, ec), "Trainer::load_checkpoint: no checkpoint file at ", path);
   optim::TrainingProgress progress = optim::load_checkpoint(path, model_->state_dict(), *optimizer_);
+  // Note [Sharded checkpoint files]: the index carried no optimizer state; the shards hold it.
+  if (auto full = read_optimizer_shards(path, progress)) optimizer_->load_state_dict(*full);
   optim::NamedTensors scaler_state;
   for (auto& [name, t] : progress.extra)
     if (name.rfind(kScalerPrefix, 0) == 0) scaler_state.emplace_back(name.substr(std::string(kScalerPrefix).size()), t);
@@ -271,6 +306,9 @@ void Trainer::checkpoint_if_due() {
   for (size_t i = 0; i + keep < all.size(); ++i) {
     std::error_code ec;
     fs::remove(all[i].second, ec);  // a checkpoint that cannot be removed is only wasted disk
+    const std::string shards = all[i].second.filename().string() + ".shard-";  // Note [Sharded checkpoint files]
+    for (const auto& entry : fs::directory_iterator(options_.checkpoint_dir_, ec))
+      if (entry.path().filename().string().rfind(shards, 0) == 0) fs::remove(entry.path(), ec);
   }
 }
 

@@ -19,6 +19,8 @@
 #include <kiln/optim/optimizer.h>
 #include <kiln/parallel/ddp.h>
 #include <kiln/parallel/process_group.h>
+#include <kiln/parallel/sharded_reducer.h>
+#include <kiln/parallel/sharding.h>
 
 namespace kiln::dist {
 
@@ -34,6 +36,12 @@ struct TrainerOptions {
   std::function<std::string()> checkpoint_cursor_;
   KILN_ARG(optim::GradScalerOptions, grad_scaler);  // used with amp f16
   KILN_ARG(DDPOptions, ddp);
+  // Sharded data parallel (sharding.h): zero1/zero2 wrap the optimizer into a ShardedOptimizer of
+  // the same kind (bucket caps from ddp()); zero2 replaces DDP by a ShardedReducer. Alone (no
+  // group) every mode trains as none. sharded_checkpoints: Note [Sharded checkpoint files] instead
+  // of rank 0 writing the consolidated state.
+  KILN_ARG(Sharding, sharding) = Sharding::none;
+  KILN_ARG(bool, sharded_checkpoints) = false;
 
   TrainerOptions& checkpoint_dir(std::string v) { checkpoint_dir_ = std::move(v); return *this; }
   TrainerOptions& checkpoint_cursor(std::function<std::string()> v) { checkpoint_cursor_ = std::move(v); return *this; }
@@ -133,6 +141,7 @@ class Trainer {
   optim::LRScheduler& scheduler() { return scheduler_; }
   optim::GradScaler& grad_scaler() { return scaler_; }  // disabled unless amp is f16
   DistributedDataParallel* ddp() const { return ddp_.get(); }  // null without DDP
+  ShardedOptimizer* sharded_optimizer() const { return sharded_.get(); }  // null unless sharded
   const TrainerOptions& options() const { return options_; }
 
  private:
@@ -143,11 +152,13 @@ class Trainer {
   void checkpoint_if_due();
 
   std::shared_ptr<nn::Module> model_;
-  std::shared_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<optim::Optimizer> optimizer_;     // zero1/zero2: the ShardedOptimizer
+  std::shared_ptr<ShardedOptimizer> sharded_;       // null unless the optimizer is sharded
   std::shared_ptr<ProcessGroup> group_;  // null when single-process
   TrainerOptions options_;
   int rank_ = 0, world_ = 1;
   std::unique_ptr<DistributedDataParallel> ddp_;
+  std::shared_ptr<ShardedReducer> sharded_reducer_;   // zero2
   optim::LRScheduler scheduler_;
   optim::GradScaler scaler_;
   int64_t global_step_ = 0;

@@ -1,0 +1,197 @@
+// The Trainer's sharding modes (TrainerOptions::sharding): none, zero1 and zero2 take the same steps
+// (bf16 autocast, accumulation, clipping, two parameter groups); checkpoints move between world
+// sizes and modes: a sharded checkpoint written at world 3 resumes at world 2 and at world 1 (and
+// a consolidated one under DDP) with the loss sequence of an uninterrupted run; 'full' is refused.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <kiln/parallel/sharded_checkpoint.h>
+#include <kiln/parallel/trainer.h>
+
+#include "parallel/temp_dir.h"
+#include "parallel/zero_fixtures.h"
+
+using namespace kiln;
+using namespace kiln::dist;
+using namespace kiln::test;
+
+namespace {
+
+constexpr int64_t kGlobalRows = 12;  // per micro-step over all ranks: every world size 1-4 divides it
+constexpr int kAccum = 2;
+
+struct Run {
+  Sharding sharding = Sharding::none;
+  DType amp = DType::f32;
+  double clip = 0;
+  int first_step = 0, last_step = 10;  // trains steps [first, last)
+  std::string load, save;              // checkpoint to resume from / to write after last_step
+  bool sharded_save = true;
+};
+
+// Trains `r` on this rank and returns the logged losses (averaged over ranks and micro-steps).
+std::vector<double> train(ProcessGroup& pg, const Run& r, std::vector<double>* weights = nullptr) {
+  auto group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+  auto net = std::make_shared<Net>(seed_for_rank(pg.rank()), NetSpec{5, 6, 3});
+  std::vector<Tensor> decay, no_decay;
+  for (const auto& [name, p] : net->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto opt = std::make_shared<optim::AdamW>(std::vector<optim::AdamW::Group>{
+      {decay, optim::AdamWOptions(2e-2).weight_decay(0.1)}, {no_decay, optim::AdamWOptions(2e-2).weight_decay(0)}});
+  Trainer trainer(net, opt, group,
+                  TrainerOptions().sharding(r.sharding).amp(r.amp).clip_grad_norm(r.clip).grad_accum_steps(kAccum)
+                      .log_every(1).sharded_checkpoints(r.sharded_save).ddp(small_buckets()),
+                  optim::warmup_cosine_schedule(optim::WarmupCosineOptions(2, 10)));
+  if (!r.load.empty()) trainer.load_checkpoint(r.load);
+  expect(trainer.global_step() == r.first_step, "resumed at the wrong step");
+  expect((trainer.sharded_optimizer() != nullptr) == (r.sharding != Sharding::none), "sharded optimizer presence");
+  const int world = pg.size();
+  const int64_t rows = kGlobalRows / world;
+  TrainSpec spec;
+  spec.net = NetSpec{5, 6, 3};
+  std::vector<double> losses;
+  for (int step = r.first_step; step < r.last_step; ++step) {
+    StepStats s = trainer.step([&](int micro) {
+      auto [x, y] = batch_rows(spec, step * 10 + micro, pg.rank() * rows, rows, kGlobalRows);
+      return mse_loss(net->forward(x), y);
+    });
+    losses.push_back(s.loss);
+  }
+  if (!r.save.empty()) trainer.save_checkpoint(r.save);
+  if (weights) *weights = flat_parameters(*net);
+  return losses;
+}
+
+void write_values(const std::string& path, const std::vector<double>& v) {
+  std::ofstream f(path);
+  f.precision(17);
+  for (double x : v) f << x << "\n";
+}
+
+std::vector<double> read_values(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<double> v;
+  for (double x; f >> x;) v.push_back(x);
+  return v;
+}
+
+void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  expect_rel(got, want, 1e-6, 0.0, what);
+}
+
+}  // namespace
+
+TEST_CASE("Trainer sharding none / zero1 / zero2: the same losses and weights (bf16, clipping, 2 groups)") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    run_ranks(n, [](ProcessGroup& pg) {
+      std::vector<double> w_none, w1, w2;
+      Run r;
+      r.amp = DType::bf16;
+      r.clip = 0.1;
+      const auto none = train(pg, r, &w_none);
+      r.sharding = Sharding::zero1;
+      const auto z1 = train(pg, r, &w1);
+      r.sharding = Sharding::zero2;
+      const auto z2 = train(pg, r, &w2);
+      double scale = 0;
+      for (double w : w_none) scale = std::max(scale, std::fabs(w));
+      expect_same_losses(z1, none, "zero1 losses");
+      expect_same_losses(z2, none, "zero2 losses");
+      expect_rel(w1, w_none, 1e-6, scale, "zero1 weights");
+      expect_rel(w2, w_none, 1e-6, scale, "zero2 weights");
+    });
+  }
+}
+
+TEST_CASE("A sharded checkpoint written at world 3 resumes at world 2 and 1 with the uninterrupted losses") {
+  TempDir dir("kiln_zero_ckpt");
+  const std::string ckpt = dir.path + "/step_5.safetensors";
+  const std::string reference = dir.path + "/losses.txt";
+  // Uninterrupted, world 3, zero2: ten steps.
+  run_ranks(3, [&](ProcessGroup& pg) {
+    Run r;
+    r.sharding = Sharding::zero2;
+    auto losses = train(pg, r);
+    if (pg.rank() == 0) write_values(reference, losses);
+  });
+  // Interrupted after 5 steps: every rank writes its shard, rank 0 the index.
+  run_ranks(3, [&](ProcessGroup& pg) {
+    Run r;
+    r.sharding = Sharding::zero2;
+    r.last_step = 5;
+    r.save = ckpt;
+    train(pg, r);
+  });
+  REQUIRE(std::filesystem::exists(ckpt));
+  for (int r = 0; r < 3; ++r) REQUIRE(std::filesystem::exists(shard_path(ckpt, r, 3)));
+  const std::vector<double> want = read_values(reference);
+  REQUIRE(want.size() == 10);
+  const std::vector<double> tail(want.begin() + 5, want.end());
+  struct Resume {
+    int world;
+    Sharding sharding;
+  };
+  for (Resume res : {Resume{2, Sharding::zero1}, Resume{2, Sharding::zero2}, Resume{1, Sharding::zero2},
+                     Resume{1, Sharding::none}, Resume{3, Sharding::none}}) {
+    CAPTURE(res.world);
+    CAPTURE(sharding_name(res.sharding));
+    run_ranks(res.world, [&](ProcessGroup& pg) {
+      Run r;
+      r.sharding = res.sharding;
+      r.first_step = 5;
+      r.load = ckpt;
+      expect_same_losses(train(pg, r), tail, std::string("resumed at world ") + std::to_string(pg.size()) + " " +
+                                                 sharding_name(res.sharding));
+    });
+  }
+  // The consolidated (full-state) save of zero1 at world 3 resumes under zero2 at world 2 as well.
+  const std::string full_ckpt = dir.path + "/full_step_5.safetensors";
+  run_ranks(3, [&](ProcessGroup& pg) {
+    Run r;
+    r.sharding = Sharding::zero1;
+    r.last_step = 5;
+    r.save = full_ckpt;
+    r.sharded_save = false;
+    train(pg, r);
+  });
+  REQUIRE(!std::filesystem::exists(shard_path(full_ckpt, 0, 3)));
+  run_ranks(2, [&](ProcessGroup& pg) {
+    Run r;
+    r.sharding = Sharding::zero2;
+    r.first_step = 5;
+    r.load = full_ckpt;
+    expect_same_losses(train(pg, r), tail, "full-state checkpoint resumed under zero2 at world 2");
+  });
+}
+
+TEST_CASE("A sharded checkpoint with a missing shard fails naming it") {
+  TempDir dir("kiln_zero_missing");
+  const std::string ckpt = dir.path + "/step_2.safetensors";
+  run_ranks(2, [&](ProcessGroup& pg) {
+    Run r;
+    r.sharding = Sharding::zero1;
+    r.last_step = 2;
+    r.save = ckpt;
+    train(pg, r);
+  });
+  std::filesystem::remove(shard_path(ckpt, 1, 2));
+  run_ranks(1, [&](ProcessGroup& pg) {
+    Run r;
+    r.sharding = Sharding::zero1;
+    r.first_step = 2;
+    r.load = ckpt;
+    expect_contains(error_of([&] { train(pg, r); }, "missing shard"), "shard 1 of 2 is missing", "missing shard");
+  });
+}
+
+TEST_CASE("Trainer refuses sharding 'full' (not implemented) and zero2 with f16") {
+  run_ranks(1, [](ProcessGroup& pg) {
+    Run r;
+    r.sharding = Sharding::full;
+    expect_contains(error_of([&] { train(pg, r); }, "full"), "not implemented", "full");
+    r.sharding = Sharding::zero2;
+    r.amp = DType::f16;
+    expect_contains(error_of([&] { train(pg, r); }, "zero2 f16"), "f16", "zero2 f16");
+  });
+}
