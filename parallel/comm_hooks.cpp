@@ -11,16 +11,14 @@ namespace {
 
 class DecompressWork : public Work {
  public:
-  DecompressWork(std::shared_ptr<Work> inner, Tensor compressed, Tensor bucket, int world_size)
-      : inner_(std::move(inner)), compressed_(std::move(compressed)), bucket_(std::move(bucket)),
-        world_size_(world_size) {}
+  DecompressWork(std::shared_ptr<Work> inner, Tensor compressed, Tensor bucket)
+      : inner_(std::move(inner)), compressed_(std::move(compressed)), bucket_(std::move(bucket)) {}
 
   void wait() override {
     inner_->wait();
     if (done_) return;
     NoGradGuard no_grad;
-    bucket_.copy_(compressed_);
-    ops::mul_(bucket_, 1.0 / world_size_);
+    bucket_.copy_(compressed_);  // already the average: divided before the sum
     done_ = true;
     compressed_ = Tensor();
   }
@@ -31,7 +29,6 @@ class DecompressWork : public Work {
   std::shared_ptr<Work> inner_;
   Tensor compressed_;
   Tensor bucket_;
-  int world_size_;
   bool done_ = false;
 };
 
@@ -40,8 +37,10 @@ std::shared_ptr<Work> compress_hook(ProcessGroup& group, Tensor& bucket, DType w
              "; only floating gradients can be compressed");
   Tensor compressed = bucket.to(wire).contiguous();
   if (compressed.is_same(bucket)) compressed = bucket.clone();  // already 16-bit: still reduce a copy
+  // Note [Divide before summing] (reducer.cpp): the partial sums stay in the 16-bit range.
+  if (group.size() > 1) ops::mul_(compressed, 1.0 / group.size());
   auto inner = group.allreduce(compressed, AllreduceOptions().op(ReduceOp::sum));
-  return std::make_shared<DecompressWork>(std::move(inner), std::move(compressed), bucket, group.size());
+  return std::make_shared<DecompressWork>(std::move(inner), std::move(compressed), bucket);
 }
 
 }  // namespace

@@ -15,9 +15,10 @@ namespace kiln::dist {
 // the AVERAGE over ranks (not the sum). The hook must issue the same collectives on every rank.
 using CommHook = std::function<std::shared_ptr<Work>(ProcessGroup& group, Tensor& bucket)>;
 
-// Casts the bucket to bf16 / f16, all-reduces the 16-bit copy (half the bytes on the wire for f32),
-// and, when the Work completes (its wait()), casts the sum back into the bucket and divides by the
-// world size.
+// Casts the bucket to bf16 / f16, divides the 16-bit copy by the world size (before the sum, so
+// it overflows no sooner than one rank's gradient: Note [Divide before summing], reducer.cpp),
+// all-reduces it (half the bytes on the wire for f32) and, when the Work completes (its wait()),
+// casts the average back into the bucket.
 std::shared_ptr<Work> bf16_compress_hook(ProcessGroup& group, Tensor& bucket);
 std::shared_ptr<Work> fp16_compress_hook(ProcessGroup& group, Tensor& bucket);
 

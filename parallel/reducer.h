@@ -67,6 +67,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   int64_t allreduces_total() const { return launched_total_; }
   int64_t iteration() const { return iteration_; }  // synced backward passes started
   int64_t bucket_rebuilds() const { return rebuilds_; }
+  // Gradients copied from a tensor of their own into their bucket slice, ever: every gradient of
+  // every synced backward in copy mode; with gradient_as_bucket_view only a parameter's first
+  // gradient and one whose .grad was replaced or set to none (Note [Bucket views]).
+  int64_t grad_copies_into_buckets() const { return grad_copies_; }
   // Synced iterations whose order check was read on the host at the end of backward, and those
   // compared on the device instead (Note [Deferred order check]).
   int64_t order_checks_on_host() const { return order_.checks_on_host(); }
@@ -94,6 +98,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void rebuild_in_arrival_order();
   void wait_launched_quietly() noexcept;
   int64_t tail_size(size_t b) const;
+  DType bucket_dtype(size_t b) const { return params_[buckets_[b].params.front()].dtype(); }
   void fail(const std::string& message);
 
   std::vector<Tensor> params_;
@@ -121,7 +126,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   OrderChecker order_;  // Note [Bucket order check]: the first slots of every tail
 
-  int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0;
+  int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0, grad_copies_ = 0;
   std::string failure_;  // set once a collective failed or the order check fired: unusable
 };
 

@@ -147,7 +147,11 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     optimizer_->step();
   }
   scheduler_.step();
-  optimizer_->zero_grad(/*set_to_none=*/true);
+  // With gradient_as_bucket_view .grad is its bucket slice: zero it in place so the next backward
+  // accumulates straight into the bucket (setting it to none would cost a copy per parameter per
+  // step to put the view back; Note [Bucket views]).
+  const bool views = ddp_ && ddp_->options().gradient_as_bucket_view_;
+  optimizer_->zero_grad(/*set_to_none=*/!views);
   ++global_step_;
 
   {

@@ -99,8 +99,8 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // One optimizer step: accumulate, synchronize, (unscale + cross-rank inf check), clip, step,
-  // update the scale, advance the schedule, zero_grad(set_to_none). The schedule and global step
-  // advance also when the step was skipped. Then the automatic checkpoint, if one is due.
+  // update the scale, advance the schedule, zero_grad (set_to_none; in place with
+  // gradient_as_bucket_view). The schedule and global step advance also when the step was skipped. Then the automatic checkpoint, if one is due.
   StepStats step(const std::function<Tensor(int micro_step)>& micro_loss, StepOptions options = {});
 
   // Rank 0 writes model state_dict, optimizer, scheduler and global step, every rank's
