@@ -157,8 +157,8 @@ void DistributedDataParallel::verify_same_model_across_ranks() {
   }
 }
 
-// Launches one broadcast per tensor, then waits for them all.
-void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
+// Launches one broadcast per tensor from `root`, then waits for them all.
+void DistributedDataParallel::broadcast_from(const std::vector<Tensor>& tensors, int root) {
   if (group_->size() == 1) return;
   std::vector<std::shared_ptr<Work>> works;
   std::vector<Tensor> targets;
@@ -168,14 +168,22 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
                " is not contiguous; rank 0's values cannot be broadcast into it");
     Tensor target = t.detach();
     targets.push_back(target);
-    works.push_back(group_->broadcast(targets.back(), 0));
+    works.push_back(group_->broadcast(targets.back(), root));
   }
   for (auto& w : works) w->wait();
 }
 
 void DistributedDataParallel::prepare_forward() {
+  int root = 0;
+  if (join_) {  // Note [Join]
+    JoinHeader h = exchange_join_header(/*active=*/true);
+    KILN_CHECK_DIST(!h.terminate, "DistributedDataParallel::join: at least one rank exhausted its inputs "
+                                  "(throw_on_early_termination); throwing on every rank");
+    if (!join_->divide_by_initial_world_size_) reducer_->set_div_factor(h.active);
+    root = h.first_active;
+  }
   if (!options_.broadcast_buffers_) return;
-  broadcast_from_rank0(module_->buffers());
+  broadcast_from(module_->buffers(), root);
 }
 
 }  // namespace kiln::dist

@@ -78,6 +78,31 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   ready_.assign(params_.size(), false);
   used_.assign(params_.size(), false);
   rebuild_pending_ = options_.rebuild_buckets_;
+  div_factor_ = group_->size();
+}
+
+void Reducer::set_div_factor(int factor) {
+  KILN_CHECK(factor >= 1 && factor <= group_->size(), "Reducer: div factor ", factor, " outside [1, ",
+             group_->size(), "]");
+  div_factor_ = factor;
+}
+
+void Reducer::shadow_iteration() {
+  KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
+  KILN_CHECK(!active_, "Reducer::shadow_iteration: a backward pass is in progress (iteration ", iteration_, ")");
+  start_iteration();
+  NoGradGuard no_grad;
+  used_.assign(params_.size(), false);  // this rank used nothing
+  for (Bucket& b : buckets_) {
+    Tensor grads = b.grads();
+    grads.zero_();
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t i : buckets_[b].params) {
+      if (rebuild_pending_) arrival_.push_back(i);
+      mark_ready(i);
+    }
+  finalize(/*from_hook=*/false);
 }
 
 Reducer::~Reducer() {
@@ -233,9 +258,9 @@ void Reducer::launch(size_t b) {
     KILN_CHECK(works_[b] != nullptr, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
   } else {
     // Note [Divide before summing]
-    if (group_->size() > 1) {
+    if (div_factor_ > 1) {
       Tensor grads = bucket.grads();
-      ops::mul_(grads, 1.0 / group_->size());
+      ops::mul_(grads, 1.0 / div_factor_);
     }
     works_[b] = group_->allreduce(bucket.flat, AllreduceOptions().op(ReduceOp::sum));
   }

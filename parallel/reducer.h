@@ -54,8 +54,16 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // nothing when there are none) and fails, like the check at the end of backward, when ranks
   // reduced different buckets. Not collective. See Note [Deferred order check].
   void check_collective_order();
-  // Replaces the default reduction (sum, then divide) for every bucket; see comm_hooks.h.
+  // What the default reduction divides each bucket by before the sum (Note [Divide before
+  // summing]): the world size unless DDP's join() says fewer ranks contribute.
+  void set_div_factor(int factor);
+  int div_factor() const { return div_factor_; }
+  // Note [Join]: a rank that ran out of inputs issues the collectives of one synced backward with
+  // zero gradients (and nothing used), so the ranks still training can reduce theirs.
+  void shadow_iteration();
+  // Replaces the default reduction (divide, then sum) for every bucket; see comm_hooks.h.
   void register_comm_hook(CommHook hook);
+  bool has_comm_hook() const { return static_cast<bool>(comm_hook_); }
 
   // Introspection (tests, logging).
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -112,6 +120,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   // Per iteration.
   bool require_sync_ = true;
+  int div_factor_ = 1;
   bool active_ = false;
   int64_t iteration_ = 0;
   std::vector<bool> ready_;         // per parameter, this iteration
