@@ -12,4 +12,5 @@
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/spawn.h>
 #include <kiln/parallel/store.h>
+#include <kiln/parallel/sync_batch_norm.h>
 #include <kiln/parallel/trainer.h>
