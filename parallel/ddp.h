@@ -121,6 +121,12 @@ class DistributedDataParallel {
 
   // Replaces the default all-reduce for every bucket (comm_hooks.h); before the first backward.
   void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+  // With a state object (torch's register_comm_hook(state, hook)), e.g. PowerSGD:
+  //   ddp.register_comm_hook(std::make_shared<PowerSGDState>(...), powersgd_hook);
+  template <class State>
+  void register_comm_hook(std::shared_ptr<State> state, std::shared_ptr<Work> (*hook)(State&, ProcessGroup&, GradBucket&)) {
+    register_comm_hook(with_state(std::move(state), hook));
+  }
 
   const DDPOptions& options() const { return options_; }
   ProcessGroup& process_group() const { return *group_; }

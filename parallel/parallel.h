@@ -9,6 +9,7 @@
 #include <kiln/parallel/init.h>
 #include <kiln/parallel/launcher.h>
 #include <kiln/parallel/nccl_process_group.h>
+#include <kiln/parallel/powersgd_hook.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/spawn.h>
 #include <kiln/parallel/store.h>

@@ -253,8 +253,15 @@ void Reducer::launch(size_t b) {
   if (hooked) {
     side_[b] = tail;
     side_works_[b] = group_->allreduce(side_[b], AllreduceOptions().op(ReduceOp::sum));
-    Tensor grads = bucket.grads();
-    works_[b] = comm_hook_(*group_, grads);
+    GradBucket view;
+    view.index = b;
+    view.is_last = b + 1 == buckets_.size();
+    view.buffer = bucket.grads();
+    for (size_t k = 0; k < bucket.params.size(); ++k) {
+      view.parameters.push_back(params_[bucket.params[k]]);
+      view.offsets.push_back(bucket.offsets[k]);
+    }
+    works_[b] = comm_hook_(*group_, view);
     KILN_CHECK(works_[b] != nullptr, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
   } else {
     // Note [Divide before summing]

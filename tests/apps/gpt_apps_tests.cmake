@@ -3,12 +3,13 @@
 # from tests/CMakeLists.txt when the apps are built.
 set(_gpt_apps_dir ${CMAKE_CURRENT_SOURCE_DIR}/apps)
 set(_gpt_apps_bins $<TARGET_FILE_DIR:train_gpt>)
-foreach(_case converge resume ddp fp16)
+foreach(_case converge resume ddp fp16 powersgd)
   add_test(NAME apps_gpt_${_case}
            COMMAND /bin/bash ${_gpt_apps_dir}/gpt_${_case}.sh ${_gpt_apps_bins} ${CMAKE_CURRENT_BINARY_DIR}/apps_gpt_${_case})
 endforeach()
 set_tests_properties(apps_gpt_converge apps_gpt_resume apps_gpt_ddp apps_gpt_fp16 PROPERTIES LABELS "apps;models;cpu")
 set_tests_properties(apps_gpt_converge PROPERTIES TIMEOUT 300)
+set_tests_properties(apps_gpt_powersgd PROPERTIES LABELS "apps;models;cpu;dist" TIMEOUT 300 PROCESSORS 2)
 set_tests_properties(apps_gpt_resume apps_gpt_ddp apps_gpt_fp16 PROPERTIES TIMEOUT 120)
 
 # On the GPU (CUDA builds): CPU-vs-CUDA agreement, bf16, NCCL ranks sharing the device.

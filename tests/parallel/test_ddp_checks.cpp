@@ -209,9 +209,9 @@ TEST_CASE("Note [Deferred order check]: where the order check is read, and the s
           // An f64 comm hook: the codes travel in the side all-reduce.
           dist::CommHook hook = nullptr;
           if (hooked)
-            hook = [](ProcessGroup& g, Tensor& grads) {
-              ops::mul_(grads, 0.5);
-              return g.allreduce(grads);
+            hook = [](ProcessGroup& g, GradBucket& bucket) {
+              ops::mul_(bucket.buffer, 0.5);
+              return g.allreduce(bucket.buffer);
             };
           int64_t host = 0, deferred = 0;
           auto got = test::train_ddp(
