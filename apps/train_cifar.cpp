@@ -53,6 +53,7 @@ struct Args {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 1;
   bool resume = false;
+  bool sync_bn = false;
   int64_t stop_after_epoch = 0;
   std::string metrics;
   std::string acc_svg;
@@ -98,6 +99,8 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--checkpoint-dir", a.checkpoint_dir, "where step_<N>.safetensors checkpoints go");
   app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every N epochs (with --checkpoint-dir)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--sync-bn", a.sync_bn, "SyncBatchNorm: batch statistics over every rank's images together "
+                                      "(dist::convert_sync_batchnorm; no effect alone)");
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (fresh start when there is none)");
   app.add_option("--stop-after-epoch", a.stop_after_epoch, "end the run after this epoch as if interrupted (the LR "
                                                            "schedule still spans --epochs); 0 = run to the end")
@@ -142,6 +145,7 @@ int run(const Args& a) {
   Generator gen(a.seed);
   auto config = a.model == "tiny" ? models::CifarCnnConfig::tiny() : models::CifarCnnConfig::standard();
   auto model = std::make_shared<models::CifarCnn>(config, gen);
+  if (a.sync_bn && job.world > 1) dist::convert_sync_batchnorm(*model, job.group);
   model->to(device);
   auto optimizer = apps::make_cifar_optimizer({a.optimizer, a.lr, a.momentum, a.weight_decay}, model->parameters());
   dist::Trainer trainer(model, optimizer, job.group,
@@ -169,9 +173,10 @@ int run(const Args& a) {
   for (const auto& line : metrics.kept()) history.push_back(apps::epoch_metrics_from_json(line));
   if (job.main())
     std::printf("train_cifar: %s model, %lld train / %lld test images, %d rank(s) x batch %lld (micro %lld), %lld steps/epoch, "
-                "%s lr %g, %s, %d thread(s)\n",
+                "%s lr %g, %s%s, %d thread(s)\n",
                 a.model.c_str(), (long long)train->size(), (long long)test_set.size(), job.world, (long long)per_rank,
-                (long long)micro, (long long)steps_per_epoch, a.optimizer.c_str(), a.lr, a.dtype.c_str(), num_threads());
+                (long long)micro, (long long)steps_per_epoch, a.optimizer.c_str(), a.lr, a.dtype.c_str(),
+                a.sync_bn && job.world > 1 ? ", SyncBatchNorm" : "", num_threads());
 
   const bool live = job.main() && isatty(fileno(stderr));
   const auto run_start = std::chrono::steady_clock::now();

@@ -40,6 +40,9 @@ struct Args {
   std::string checkpoint_dir;
   bool resume = false, recompute = false, sharded_checkpoints = false;
   std::string sharding = "none";
+  std::string comm_hook = "none";
+  int powersgd_rank = 4;
+  int64_t powersgd_start = 10;
   uint64_t seed = 1337;
   int threads = 0;
   std::string metrics, loss_svg;
@@ -90,6 +93,13 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
                  "final checkpoint");
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
                "schedule, RNG, data cursor), if there is one");
+  app.add_option("--comm-hook", a.comm_hook, "DDP gradient reduction: none (built-in all-reduce), allreduce (the same as "
+                 "a hook), fp16 or bf16 (16-bit on the wire), powersgd (rank --powersgd-rank with error feedback)")
+      ->check(CLI::IsMember({"none", "allreduce", "fp16", "bf16", "powersgd"}))->capture_default_str();
+  app.add_option("--powersgd-rank", a.powersgd_rank, "PowerSGD matrix approximation rank")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--powersgd-start", a.powersgd_start, "optimizer steps reduced by plain all-reduce before PowerSGD "
+                 "starts (> 1)")->check(CLI::Range(int64_t(2), int64_t(1) << 40))->capture_default_str();
   app.add_flag("--recompute", a.recompute, "activation checkpointing: keep only each block's input and re-run the "
                "block in backward (about 1/3 more compute, far less activation memory; same results)");
   app.add_option("--sharding", a.sharding, "data parallel sharding: none (DDP), zero1 (AdamW state sharded, "
@@ -168,6 +178,18 @@ int run(Args a) {
   dist::Trainer trainer(model, optimizer, job.group, topts,
                         optim::warmup_cosine_schedule(optim::WarmupCosineOptions(a.warmup_steps, a.steps)
                                                           .min_factor(a.min_lr / a.lr)));
+  if (trainer.ddp() && a.comm_hook != "none") {
+    dist::DistributedDataParallel& ddp = *trainer.ddp();
+    if (a.comm_hook == "allreduce") ddp.register_comm_hook(dist::allreduce_hook);
+    if (a.comm_hook == "fp16") ddp.register_comm_hook(dist::fp16_compress_hook);
+    if (a.comm_hook == "bf16") ddp.register_comm_hook(dist::bf16_compress_hook);
+    if (a.comm_hook == "powersgd")
+      ddp.register_comm_hook(std::make_shared<dist::PowerSGDState>(dist::PowerSGDOptions()
+                                                                       .matrix_approximation_rank(a.powersgd_rank)
+                                                                       .start_powerSGD_iter(a.powersgd_start)
+                                                                       .random_seed(a.seed)),
+                             dist::powersgd_hook);
+  }
 
   std::string resumed_from;
   if (a.resume) {

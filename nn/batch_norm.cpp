@@ -45,12 +45,19 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == c, "BatchNorm2d(num_features=", c, "): expected input of shape (N, ", c,
              ", H, W), got ", x.shape());
   bool use_batch_stats = is_training() || !options.track_running_stats_;
+  // As torch's SyncBatchNorm: only training syncs (eval without running stats uses the local batch).
+  const bool synced = is_training() && cross_process_stats && cross_process_stats->size() > 1;
   if (is_training() && options.track_running_stats_) {
-    KILN_CHECK(x.numel() / c > 1, "BatchNorm2d(num_features=", c,
+    // Synced: one value here is fine when the other processes have more (the global count).
+    KILN_CHECK(synced || x.numel() / c > 1, "BatchNorm2d(num_features=", c,
                "): training needs more than one value per channel, got input ", x.shape());
     NoGradGuard no_grad;
     // On the tensor's device: no host round trip on the training path.
     num_batches_tracked.copy_(kiln::add(num_batches_tracked, ones_like(num_batches_tracked)));
+  }
+  if (synced) {
+    return sync_batch_norm(x, *cross_process_stats, running_mean, running_var, weight, bias, options.momentum_,
+                           options.eps_);
   }
   return kiln::batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, options.momentum_,
                           options.eps_);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include <kiln/core/arg.h>
 #include <kiln/core/shape.h>
@@ -46,9 +47,22 @@ struct BatchNormOptions {
   explicit BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
 };
 
+// Sums a tensor over the processes of a group, differentiably: the backward sums the gradient over
+// the same processes. nn knows no processes; parallel/sync_batch_norm.h implements it (over a
+// dist::ProcessGroup), and a BatchNorm2d given one takes its batch statistics across them.
+class CrossProcessSum {
+ public:
+  virtual ~CrossProcessSum() = default;
+  // Collective: every process passes a tensor of the same shape and dtype.
+  virtual Tensor sum(const Tensor& t) = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+};
+
 // Training: normalizes with the batch statistics and updates the running ones (momentum,
 // unbiased variance). Eval: normalizes with the running statistics (batch statistics when
-// track_running_stats is off).
+// track_running_stats is off). With `cross_process_stats` set (SyncBatchNorm), batch statistics
+// are those of the batches of every process together (Note [SyncBatchNorm], sync_batch_norm.cpp).
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(const BatchNormOptions& options);
@@ -66,6 +80,13 @@ class BatchNorm2d : public Module {
   Tensor weight, bias;                 // (C): ones, zeros (undefined without affine)
   Tensor running_mean, running_var;    // (C): zeros, ones (undefined without track_running_stats)
   Tensor num_batches_tracked;          // 0-dim i64
+  std::shared_ptr<CrossProcessSum> cross_process_stats;  // null: this process's batch only
 };
+
+// Batch norm in training mode over the batches of every process of `sum` together (the global
+// batch statistics, taken from per-process counts, means and centered sums of squares), updating
+// the running statistics when defined. x (N, C, H, W); N may differ across processes.
+Tensor sync_batch_norm(const Tensor& x, CrossProcessSum& sum, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, double momentum, double eps);
 
 }  // namespace kiln::nn

@@ -1,5 +1,5 @@
-// The 16-bit compression hooks: a Work that wraps the all-reduce of the compressed copy and
-// decompresses (cast back, divide) once, on the first wait() after the collective finished.
+// The built-in comm hooks (all-reduce, 16-bit compression) and then_work, the continuation Work
+// hooks use to finish after their collective (decompress, PowerSGD's later stages).
 #include <kiln/parallel/comm_hooks.h>
 
 #include <kiln/autograd/grad_mode.h>
@@ -9,48 +9,60 @@ namespace kiln::dist {
 
 namespace {
 
-class DecompressWork : public Work {
+class ThenWork : public Work {
  public:
-  DecompressWork(std::shared_ptr<Work> inner, Tensor compressed, Tensor bucket, int world_size)
-      : inner_(std::move(inner)), compressed_(std::move(compressed)), bucket_(std::move(bucket)),
-        world_size_(world_size) {}
+  ThenWork(std::shared_ptr<Work> inner, std::function<void()> then) : inner_(std::move(inner)), then_(std::move(then)) {}
 
   void wait() override {
     inner_->wait();
     if (done_) return;
     NoGradGuard no_grad;
-    bucket_.copy_(compressed_);
-    ops::mul_(bucket_, 1.0 / world_size_);
-    done_ = true;
-    compressed_ = Tensor();
+    auto then = std::move(then_);
+    then_ = nullptr;
+    done_ = true;  // before running: a throwing continuation is not retried
+    then();
   }
-  // Complete only once decompressed: until then the bucket does not hold the average.
   bool is_completed() override { return done_; }
 
  private:
   std::shared_ptr<Work> inner_;
-  Tensor compressed_;
-  Tensor bucket_;
-  int world_size_;
+  std::function<void()> then_;
   bool done_ = false;
 };
 
-std::shared_ptr<Work> compress_hook(ProcessGroup& group, Tensor& bucket, DType wire) {
-  KILN_CHECK(is_floating(bucket.dtype()), "compress hook: the bucket has dtype ", bucket.dtype(),
+std::shared_ptr<Work> compress_hook(ProcessGroup& group, GradBucket& bucket, DType wire) {
+  Tensor buffer = bucket.buffer;
+  KILN_CHECK(is_floating(buffer.dtype()), "compress hook: the bucket has dtype ", buffer.dtype(),
              "; only floating gradients can be compressed");
-  Tensor compressed = bucket.to(wire).contiguous();
-  if (compressed.is_same(bucket)) compressed = bucket.clone();  // already 16-bit: still reduce a copy
+  NoGradGuard no_grad;
+  Tensor compressed = buffer.to(wire).contiguous();
+  if (compressed.is_same(buffer)) compressed = buffer.clone();  // already 16-bit: still reduce a copy
+  // Note [Divide before summing] (reducer.cpp): the partial sums stay in the 16-bit range.
+  if (group.size() > 1) ops::mul_(compressed, 1.0 / group.size());
   auto inner = group.allreduce(compressed, AllreduceOptions().op(ReduceOp::sum));
-  return std::make_shared<DecompressWork>(std::move(inner), std::move(compressed), bucket, group.size());
+  return then_work(std::move(inner), [buffer, compressed]() mutable {
+    buffer.copy_(compressed);  // already the average: divided before the sum
+  });
 }
 
 }  // namespace
 
-std::shared_ptr<Work> bf16_compress_hook(ProcessGroup& group, Tensor& bucket) {
+std::shared_ptr<Work> then_work(std::shared_ptr<Work> inner, std::function<void()> then) {
+  KILN_CHECK(inner != nullptr && then != nullptr, "then_work: needs a Work and a continuation");
+  return std::make_shared<ThenWork>(std::move(inner), std::move(then));
+}
+
+std::shared_ptr<Work> allreduce_hook(ProcessGroup& group, GradBucket& bucket) {
+  NoGradGuard no_grad;
+  if (group.size() > 1) ops::mul_(bucket.buffer, 1.0 / group.size());
+  return group.allreduce(bucket.buffer, AllreduceOptions().op(ReduceOp::sum));
+}
+
+std::shared_ptr<Work> bf16_compress_hook(ProcessGroup& group, GradBucket& bucket) {
   return compress_hook(group, bucket, DType::bf16);
 }
 
-std::shared_ptr<Work> fp16_compress_hook(ProcessGroup& group, Tensor& bucket) {
+std::shared_ptr<Work> fp16_compress_hook(ProcessGroup& group, GradBucket& bucket) {
   return compress_hook(group, bucket, DType::f16);
 }
 

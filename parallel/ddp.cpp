@@ -12,17 +12,20 @@ namespace kiln::dist {
 
 namespace {
 
-// One line per parameter and buffer: "<kind>\t<name>\t<dtype>\t<shape>".
+// One line per parameter and buffer: "<kind>\t<name>\t<dtype>\t<requires_grad>\t<shape>". A
+// parameter frozen on one rank only would give the ranks different buckets (and collectives that
+// do not pair up), so requires_grad is part of the fingerprint.
 struct Entry {
-  std::string kind, name, dtype, shape;
+  std::string kind, name, dtype, grad, shape;
+  bool operator==(const Entry&) const = default;
 };
 
 std::string describe(const nn::NamedTensors& params, const nn::NamedTensors& buffers) {
   std::ostringstream os;
   for (const auto* list : {&params, &buffers})
     for (const auto& [name, t] : *list)
-      os << (list == &params ? "parameter" : "buffer") << '\t' << name << '\t' << t.dtype() << '\t' << t.shape()
-         << '\n';
+      os << (list == &params ? "parameter" : "buffer") << '\t' << name << '\t' << t.dtype() << '\t'
+         << (t.requires_grad() ? "true" : "false") << '\t' << t.shape() << '\n';
   return os.str();
 }
 
@@ -36,6 +39,7 @@ std::vector<Entry> parse(const std::string& text) {
     std::getline(ls, e.kind, '\t');
     std::getline(ls, e.name, '\t');
     std::getline(ls, e.dtype, '\t');
+    std::getline(ls, e.grad, '\t');
     std::getline(ls, e.shape);
     out.push_back(e);
   }
@@ -64,6 +68,10 @@ std::string first_difference(const std::vector<Entry>& ref, const std::vector<En
       os << "rank " << r << " has '" << b.name << "' of shape " << b.shape << " where rank 0 has " << a.shape;
     else if (a.dtype != b.dtype)
       os << "rank " << r << " has '" << b.name << "' of dtype " << b.dtype << " where rank 0 has " << a.dtype;
+    else if (a.grad != b.grad)
+      os << "rank " << r << " has " << b.kind << " '" << b.name << "' with requires_grad=" << b.grad
+         << " where rank 0 has requires_grad=" << a.grad
+         << " (freeze the same parameters on every rank before wrapping the model)";
     else
       continue;
     return os.str();
@@ -143,17 +151,14 @@ void DistributedDataParallel::verify_same_model_across_ranks() {
   std::vector<Entry> ref = parse(std::string(base, size_t(lengths[0])));
   for (int r = 1; r < size; ++r) {
     std::vector<Entry> other = parse(std::string(base + r * longest, size_t(lengths[r])));
-    bool differs = other.size() != ref.size();
-    for (size_t k = 0; !differs && k < ref.size(); ++k)
-      differs = other[k].kind != ref[k].kind || other[k].name != ref[k].name || other[k].shape != ref[k].shape ||
-                other[k].dtype != ref[k].dtype;
+    const bool differs = other != ref;
     KILN_CHECK_DIST(!differs, "DistributedDataParallel: the model differs across ranks: ",
                     first_difference(ref, other, r), " (every rank must build the same model before wrapping it)");
   }
 }
 
-// Launches one broadcast per tensor, then waits for them all.
-void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
+// Launches one broadcast per tensor from `root`, then waits for them all.
+void DistributedDataParallel::broadcast_from(const std::vector<Tensor>& tensors, int root) {
   if (group_->size() == 1) return;
   std::vector<std::shared_ptr<Work>> works;
   std::vector<Tensor> targets;
@@ -163,14 +168,22 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
                " is not contiguous; rank 0's values cannot be broadcast into it");
     Tensor target = t.detach();
     targets.push_back(target);
-    works.push_back(group_->broadcast(targets.back(), 0));
+    works.push_back(group_->broadcast(targets.back(), root));
   }
   for (auto& w : works) w->wait();
 }
 
 void DistributedDataParallel::prepare_forward() {
+  int root = 0;
+  if (join_) {  // Note [Join]
+    JoinHeader h = exchange_join_header(/*active=*/true);
+    KILN_CHECK_DIST(!h.terminate, "DistributedDataParallel::join: at least one rank exhausted its inputs "
+                                  "(throw_on_early_termination); throwing on every rank");
+    if (!join_->divide_by_initial_world_size_) reducer_->set_div_factor(h.active);
+    root = h.first_active;
+  }
   if (!options_.broadcast_buffers_) return;
-  broadcast_from_rank0(module_->buffers());
+  broadcast_from(module_->buffers(), root);
 }
 
 }  // namespace kiln::dist

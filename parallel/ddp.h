@@ -3,7 +3,9 @@
 // is identical everywhere and broadcasts rank 0's weights; backward all-reduces gradients in buckets.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include <kiln/core/arg.h>
@@ -22,6 +24,18 @@ struct DDPOptions {
   KILN_ARG(bool, broadcast_buffers) = true;         // rank 0's buffers (BatchNorm stats) before each forward
   KILN_ARG(bool, static_graph) = false;  // the gradient order never changes: keep the initial buckets
   KILN_ARG(OrderCheck, order_check) = OrderCheck::automatic;  // Note [Deferred order check] (order_check.cpp)
+};
+
+// Options of DistributedDataParallel::join (torch's `ddp.join(...)` context manager).
+struct JoinOptions {
+  KILN_ARG(bool, enable) = true;  // false: join() just runs the body (every rank must have as many inputs)
+  // Averages divide by the world size the DDP was built with (torch's default), so a step in which
+  // only k ranks still train takes k/W of their average; false divides by the k ranks still in,
+  // which equals one process on the samples of those k ranks. Note [Join].
+  KILN_ARG(bool, divide_by_initial_world_size) = true;
+  // The first rank to run out makes every rank throw DistributedError at its next forward
+  // instead of shadowing the others' collectives.
+  KILN_ARG(bool, throw_on_early_termination) = false;
 };
 
 // Usage, per rank (a torch user's `ddp(x)` is `ddp.forward<Net>(x)`):
@@ -92,8 +106,27 @@ class DistributedDataParallel {
   // `auto guard = ddp.no_sync();` -- torch's `with ddp.no_sync():`.
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
+  // Uneven inputs (torch's `with ddp.join():`): runs `body`, this rank's training loop over its
+  // own batches; a rank whose body returned keeps taking part in the collectives the others'
+  // forward and backward passes issue (zero gradients, buffer broadcasts) until every rank's body
+  // has returned, then every rank takes the weights and buffers of the last rank to finish.
+  // `on_shadow_step` (may be empty) runs on a finished rank after each synced backward it
+  // shadowed, for collectives the caller issues after backward (the Trainer's). Inside join,
+  // no_sync must be set before the forward (as torch's `with ddp.no_sync():` around forward and
+  // backward): the forward tells the finished ranks whether the backward syncs. Collective;
+  // see Note [Join] (ddp_join.cpp).
+  void join(const std::function<void()>& body, JoinOptions options = {},
+            const std::function<void()>& on_shadow_step = nullptr);
+  bool join_active() const { return join_.has_value(); }
+
   // Replaces the default all-reduce for every bucket (comm_hooks.h); before the first backward.
   void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+  // With a state object (torch's register_comm_hook(state, hook)), e.g. PowerSGD:
+  //   ddp.register_comm_hook(std::make_shared<PowerSGDState>(...), powersgd_hook);
+  template <class State>
+  void register_comm_hook(std::shared_ptr<State> state, std::shared_ptr<Work> (*hook)(State&, ProcessGroup&, GradBucket&)) {
+    register_comm_hook(with_state(std::move(state), hook));
+  }
 
   const DDPOptions& options() const { return options_; }
   ProcessGroup& process_group() const { return *group_; }
@@ -101,12 +134,23 @@ class DistributedDataParallel {
 
  private:
   void verify_same_model_across_ranks();
-  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
+  void broadcast_from_rank0(const std::vector<Tensor>& tensors) { broadcast_from(tensors, 0); }
+  void broadcast_from(const std::vector<Tensor>& tensors, int root);
+  // Note [Join]: the per-forward header (who is still in, whether backward syncs, stop).
+  struct JoinHeader {
+    int active = 0;        // ranks still running their body
+    bool sync = false;     // their backward reduces gradients
+    bool terminate = false;
+    int first_active = -1;  // lowest rank still in: whose buffers win
+  };
+  JoinHeader exchange_join_header(bool active);
+  void sync_final_model(bool last_joiner);
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
   std::shared_ptr<Reducer> reducer_;
+  std::optional<JoinOptions> join_;  // set while join() runs its body
 };
 
 }  // namespace kiln::dist

@@ -25,9 +25,12 @@ namespace kiln::dist {
 // rank, (iteration, bucket index, group sequence number). A rank writes its codes into its own 3
 // slots and zeros elsewhere, so after the SUM every rank can read every other rank's codes and
 // compare them with its own: any difference means the ranks reduced different things, and the
-// reducer throws naming the bucket, the iteration and the sequence numbers on both sides. Codes are
-// taken modulo the largest integer the dtype holds exactly (2^8 for bf16, 2^11 for f16, 2^24 for
-// f32), since x + 0 is exact in every floating format. The check costs no extra collective. With
+// reducer throws naming the bucket, the iteration and the sequence numbers on both sides. A slot
+// holds an integer below the largest the dtype holds exactly (2^8 for bf16, 2^11 for f16, 2^24
+// for f32, 2^52 for f64), since x + 0 is exact in every floating format; so each code is written
+// as base-2^k digits over several slots (6 for bf16, 4 for f16, 2 for f32, 1 for f64), covering
+// at least 2^44 iterations, buckets and sequence numbers: codes never wrap, so ranks 256
+// iterations apart do not look alike in a bf16 bucket. The check costs no extra collective. With
 // find_unused_parameters the tail also carries one counter per parameter of the bucket (1 where
 // this rank used it), so after the sum a zero means no rank did. A comm hook sees only the
 // gradients, so with one the tail travels in a separate small f64 all-reduce launched just
@@ -58,14 +61,38 @@ namespace {
 
 constexpr int64_t kCodes = 3;  // iteration, bucket, sequence number
 
-double code_modulus(DType dtype) {
+// The digit base (largest exactly held integer) and digits per code for a tail of `dtype`.
+struct Digits {
+  double base;
+  int count;
+};
+Digits code_digits(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 256.0;
-    case DType::f16: return 2048.0;
-    case DType::f32: return 16777216.0;
-    default: return 4503599627370496.0;  // 2^52
+    case DType::bf16: return {256.0, 6};
+    case DType::f16: return {2048.0, 4};
+    case DType::f32: return {16777216.0, 2};
+    default: return {4503599627370496.0, 1};  // 2^52
   }
 }
+
+// `code` as code_digits(dtype).count digits, least significant first, appended to `out`.
+void encode(uint64_t code, DType dtype, double* out) {
+  const Digits d = code_digits(dtype);
+  const auto base = static_cast<uint64_t>(d.base);
+  for (int k = 0; k < d.count; ++k) {
+    out[k] = double(code % base);
+    code /= base;
+  }
+}
+
+uint64_t decode(const double* digits, DType dtype) {
+  const Digits d = code_digits(dtype);
+  uint64_t code = 0;
+  for (int k = d.count; k-- > 0;) code = code * static_cast<uint64_t>(d.base) + static_cast<uint64_t>(digits[k]);
+  return code;
+}
+
+int64_t codes_per_rank(DType dtype) { return kCodes * code_digits(dtype).count; }
 
 // KILN_DISTRIBUTED_DEBUG (else TORCH_DISTRIBUTED_DEBUG) is INFO or DETAIL.
 bool distributed_debug() {
@@ -80,17 +107,22 @@ bool distributed_debug() {
 }
 
 // The order-check failure for bucket `b` as this rank reduced it (iteration, sequence number, the
-// dtype's code modulus m), given the 3 * size code slots after the sum; "" when every rank's slots
-// hold this rank's codes.
+// dtype whose digits the codes use), given the code slots of every rank after the sum; "" when
+// every rank's slots hold this rank's codes.
 std::string order_mismatch(const double* got, int rank, int size, size_t b, int64_t iteration, uint64_t sequence,
-                           double m) {
-  const double mine[kCodes] = {std::fmod(double(iteration), m), std::fmod(double(b), m), std::fmod(double(sequence), m)};
+                           DType dtype) {
+  const int64_t n = codes_per_rank(dtype), per = n / kCodes;
+  std::vector<double> mine(size_t(n), 0.0);
+  encode(uint64_t(iteration), dtype, &mine[0]);
+  encode(uint64_t(b), dtype, &mine[size_t(per)]);
+  encode(sequence, dtype, &mine[size_t(2 * per)]);
   // The other ranks first: their slots say what they reduced. Our own slot can only differ when
   // someone contributed a tensor that is not a bucket (its "zeros" were data).
   for (int k = 1; k <= size; ++k) {
     int r = (rank + k) % size;
-    const double* theirs = &got[size_t(r) * kCodes];
-    if (theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2]) continue;
+    const double* slots = &got[size_t(r * n)];
+    if (std::equal(mine.begin(), mine.end(), slots)) continue;
+    const uint64_t theirs[kCodes] = {decode(slots, dtype), decode(slots + per, dtype), decode(slots + 2 * per, dtype)};
     std::ostringstream os;
     os << "DistributedDataParallel: collective order mismatch (Note [Bucket order check]): rank " << rank
        << " all-reduced bucket " << b << " of iteration " << iteration << " as collective sequence number "
@@ -101,7 +133,6 @@ std::string order_mismatch(const double* got, int rank, int size, size_t b, int6
     else
       os << "another rank contributed a tensor that is not a DDP bucket (this rank's own check slot reads bucket "
          << theirs[1] << " of iteration " << theirs[0] << ")";
-    if (m < 1e9) os << " (codes modulo " << m << ")";
     os << "; every rank must issue the same collectives in the same order (an extra or missing all-reduce, "
           "barrier or broadcast on one rank, or a different model or control flow)";
     return os.str();
@@ -114,7 +145,7 @@ std::string order_mismatch(const double* got, int rank, int size, size_t b, int6
 OrderChecker::OrderChecker(int rank, int world_size, OrderCheck mode)
     : rank_(rank), world_size_(world_size), mode_(mode), debug_(distributed_debug()) {}
 
-int64_t OrderChecker::slots() const { return kCodes * world_size_; }
+int64_t OrderChecker::slots(DType dtype) const { return codes_per_rank(dtype) * world_size_; }
 
 void OrderChecker::reset(size_t bucket_count) {
   KILN_ASSERT(pending_ == 0, "the order check's deferred record of ", pending_,
@@ -126,14 +157,16 @@ void OrderChecker::reset(size_t bucket_count) {
 
 void OrderChecker::write_codes(std::vector<double>& tail, size_t b, int64_t iteration, uint64_t sequence,
                                DType dtype) {
-  KILN_ASSERT(int64_t(tail.size()) >= slots(), "a bucket tail of ", tail.size(), " values for ", slots(),
-              " order-check slots");
+  KILN_ASSERT(int64_t(tail.size()) >= slots(dtype), "a bucket tail of ", tail.size(), " values for ",
+              slots(dtype), " order-check slots");
+  KILN_ASSERT(iteration >= 0, "negative iteration ", iteration);
   sequence_[b] = sequence;
   dtype_[b] = dtype;
-  const double m = code_modulus(dtype);
-  tail[size_t(rank_) * kCodes + 0] = std::fmod(double(iteration), m);
-  tail[size_t(rank_) * kCodes + 1] = std::fmod(double(b), m);
-  tail[size_t(rank_) * kCodes + 2] = std::fmod(double(sequence), m);
+  const int64_t n = codes_per_rank(dtype), per = n / kCodes;
+  double* mine = &tail[size_t(rank_ * n)];
+  encode(uint64_t(iteration), dtype, mine);
+  encode(uint64_t(b), dtype, mine + per);
+  encode(sequence, dtype, mine + 2 * per);
 }
 
 bool OrderChecker::read_on_host(int64_t iteration, bool on_cuda) const {
@@ -146,7 +179,7 @@ bool OrderChecker::read_on_host(int64_t iteration, bool on_cuda) const {
 }
 
 std::string OrderChecker::mismatch(size_t b, const std::vector<double>& tail, int64_t iteration) const {
-  return order_mismatch(tail.data(), rank_, world_size_, b, iteration, sequence_[b], code_modulus(dtype_[b]));
+  return order_mismatch(tail.data(), rank_, world_size_, b, iteration, sequence_[b], dtype_[b]);
 }
 
 void OrderChecker::check(const std::vector<std::vector<double>>& tails, int64_t iteration) {
@@ -162,26 +195,29 @@ void OrderChecker::check(const std::vector<std::vector<double>>& tails, int64_t 
 // bucket, sequence number) for the message.
 void OrderChecker::defer(const std::vector<Tensor>& tails, int64_t iteration) {
   KILN_ASSERT(!tails.empty(), "the deferred order check needs at least one bucket");
-  const int64_t w = slots();
+  KILN_ASSERT(tails.size() == dtype_.size(), tails.size(), " tails for ", dtype_.size(), " buckets");
   const auto nb = static_cast<int64_t>(tails.size());
   std::vector<Tensor> got;
   std::vector<double> reference;
-  reference.reserve(size_t(nb * (w + kCodes)));
+  int64_t total = 0;  // code slots of all buckets
   for (int64_t b = 0; b < nb; ++b) {
-    const Tensor& tail = tails[size_t(b)];
-    got.push_back(tail.narrow(0, 0, w).to(DType::f64));
-    const double m = code_modulus(tail.dtype());
-    for (int r = 0; r < world_size_; ++r)
-      for (double code : {double(iteration), double(b), double(sequence_[size_t(b)])})
-        reference.push_back(std::fmod(code, m));
+    const DType dtype = dtype_[size_t(b)];  // the digits were written for it (a hook's tail is f64)
+    const int64_t w = slots(dtype), n = codes_per_rank(dtype), per = n / kCodes;
+    got.push_back(tails[size_t(b)].narrow(0, 0, w).to(DType::f64));
+    std::vector<double> mine(static_cast<size_t>(n), 0.0);
+    encode(uint64_t(iteration), dtype, &mine[0]);
+    encode(uint64_t(b), dtype, &mine[size_t(per)]);
+    encode(sequence_[size_t(b)], dtype, &mine[size_t(2 * per)]);
+    for (int r = 0; r < world_size_; ++r) reference.insert(reference.end(), mine.begin(), mine.end());
+    total += w;
   }
   for (int64_t b = 0; b < nb; ++b)
     for (double v : {double(iteration), double(b), double(sequence_[size_t(b)])}) reference.push_back(v);
   const Device device = tails.front().device();
   Tensor ref = host_values(reference, device).to(device, /*non_blocking=*/true);
-  Tensor actual = ops::cat(got, 0);                                          // (nb * w)
-  Tensor record = ops::cat({actual, ref.narrow(0, nb * w, nb * kCodes)}, 0);  // what the message needs
-  Tensor differ = ops::sum(ops::ne(actual, ref.narrow(0, 0, nb * w)).to(DType::f64));
+  Tensor actual = ops::cat(got, 0);                                              // (total)
+  Tensor record = ops::cat({actual, ref.narrow(0, total, nb * kCodes)}, 0);      // what the message needs
+  Tensor differ = ops::sum(ops::ne(actual, ref.narrow(0, 0, total)).to(DType::f64));
   if (!mismatched_slots_.defined()) {
     mismatched_slots_ = zeros({}, TensorOptions(DType::f64).device(device));
     first_mismatch_ = zeros(record.shape(), TensorOptions(DType::f64).device(device));
@@ -201,14 +237,17 @@ std::string OrderChecker::read_deferred(int64_t iteration) {
   NoGradGuard no_grad;
   if (mismatched_slots_.item() == 0.0) return "";  // the one host read
   const std::vector<double> record = first_mismatch_.to_vector<double>();
-  const int64_t w = slots();
   const size_t nb = sequence_.size();
-  KILN_ASSERT(record.size() == nb * size_t(w + kCodes), "deferred order check record of ", record.size(),
+  size_t total = 0;
+  for (DType dtype : dtype_) total += size_t(slots(dtype));
+  KILN_ASSERT(record.size() == total + nb * size_t(kCodes), "deferred order check record of ", record.size(),
               " values for ", nb, " buckets");
+  size_t at = 0;
   for (size_t b = 0; b < nb; ++b) {
-    const double* mine = &record[nb * size_t(w) + b * kCodes];
-    std::string why = order_mismatch(&record[b * size_t(w)], rank_, world_size_, size_t(mine[1]), int64_t(mine[0]),
-                                     uint64_t(mine[2]), code_modulus(dtype_[b]));
+    const double* mine = &record[total + b * kCodes];
+    std::string why = order_mismatch(&record[at], rank_, world_size_, size_t(mine[1]), int64_t(mine[0]),
+                                     uint64_t(mine[2]), dtype_[b]);
+    at += size_t(slots(dtype_[b]));
     if (why.empty()) continue;
     std::ostringstream os;
     os << why << " (found by the deferred check on the device over the last " << checked

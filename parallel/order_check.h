@@ -20,20 +20,22 @@ enum class OrderCheck {
 };
 
 // One per Reducer. The reducer owns the buckets and their tails; this class owns the first
-// `slots()` values of every tail (3 per rank) and what they must read after the sum. Not
+// `slots(dtype)` values of every tail (3 codes per rank, each a few digits) and what they must
+// read after the sum. Not
 // collective: it only writes and reads tensors the reducer all-reduces anyway.
 class OrderChecker {
  public:
   OrderChecker(int rank, int world_size, OrderCheck mode);
 
-  // Tail values the check takes at the start of every bucket's tail.
-  int64_t slots() const;
+  // Tail values the check takes at the start of the tail of a bucket of `dtype` (the digits of
+  // a code depend on the dtype; Note [Bucket order check]).
+  int64_t slots(DType dtype) const;
   // The buckets were (re)built: per-bucket state starts over. A deferred record is laid out per
   // bucket, so the reducer reads it (read_deferred) before it rebuilds.
   void reset(size_t bucket_count);
   // Before bucket `b` is all-reduced as the group's collective number `sequence`: this rank's codes
   // into its own slots of `tail` (host values of the tail, zeros elsewhere). `dtype` is the
-  // tail's dtype on the device, which bounds the codes.
+  // bucket's dtype, which bounds the digits (a comm hook's f64 side tail uses the same layout).
   void write_codes(std::vector<double>& tail, size_t b, int64_t iteration, uint64_t sequence, DType dtype);
 
   // Whether the check at the end of `iteration` reads the tails on the host (else defer()).

@@ -10,6 +10,7 @@
 #include <kiln/parallel/init.h>
 #include <kiln/parallel/launcher.h>
 #include <kiln/parallel/nccl_process_group.h>
+#include <kiln/parallel/powersgd_hook.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/shard_layout.h>
 #include <kiln/parallel/sharded_checkpoint.h>
@@ -18,4 +19,5 @@
 #include <kiln/parallel/sharding.h>
 #include <kiln/parallel/spawn.h>
 #include <kiln/parallel/store.h>
+#include <kiln/parallel/sync_batch_norm.h>
 #include <kiln/parallel/trainer.h>

@@ -24,6 +24,15 @@ namespace kiln::dist {
 // backward, so the copy back happens as on several ranks. Everything else is unchanged: buckets
 // are filled, the collectives are issued (one per bucket, order-checked), views are installed.
 // With a comm hook nothing is skipped: a hook may change values on one rank too (compression).
+//
+// Note [Divide before summing]
+// The average is taken as sum(g_r / W), not sum(g_r) / W (torch's reducer divides each bucket by
+// its div factor before the all-reduce, and its fp16/bf16 hooks divide the compressed copy): in a
+// 16-bit bucket, or with f16-scaled gradients, the partial sums of W ranks' values then stay as
+// large as one rank's gradient instead of growing W times and overflowing W times sooner. The
+// division happens at launch, on the gradient part of the bucket only (the tail carries integer
+// codes, Note [Bucket order check]); with views it divides .grad in place, which is overwritten
+// by the average anyway.
 namespace {
 
 std::string join_names(const std::vector<std::string>& names, size_t limit = 10) {
@@ -70,6 +79,31 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   ready_.assign(params_.size(), false);
   used_.assign(params_.size(), false);
   rebuild_pending_ = options_.rebuild_buckets_;
+  div_factor_ = group_->size();
+}
+
+void Reducer::set_div_factor(int factor) {
+  KILN_CHECK(factor >= 1 && factor <= group_->size(), "Reducer: div factor ", factor, " outside [1, ",
+             group_->size(), "]");
+  div_factor_ = factor;
+}
+
+void Reducer::shadow_iteration() {
+  KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
+  KILN_CHECK(!active_, "Reducer::shadow_iteration: a backward pass is in progress (iteration ", iteration_, ")");
+  start_iteration();
+  NoGradGuard no_grad;
+  used_.assign(params_.size(), false);  // this rank used nothing
+  for (Bucket& b : buckets_) {
+    Tensor grads = b.grads();
+    grads.zero_();
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t i : buckets_[b].params) {
+      if (rebuild_pending_) arrival_.push_back(i);
+      mark_ready(i);
+    }
+  finalize(/*from_hook=*/false);
 }
 
 Reducer::~Reducer() {
@@ -91,7 +125,7 @@ void Reducer::install_hooks() {
 }
 
 int64_t Reducer::tail_size(size_t b) const {
-  int64_t n = order_.slots();
+  int64_t n = order_.slots(bucket_dtype(b));
   if (options_.find_unused_parameters_) n += static_cast<int64_t>(buckets_[b].params.size());
   return n;
 }
@@ -143,9 +177,10 @@ void Reducer::install_view(size_t i, bool keep_grad) {
   Tensor view = slice_of(i);
   if (keep_grad) {
     Tensor g = params_[i].grad();
-    if (g.defined())
+    if (g.defined()) {
       view.copy_(g);
-    else
+      ++grad_copies_;
+    } else
       view.zero_();
   }
   params_[i].set_grad(view);
@@ -177,6 +212,7 @@ void Reducer::on_grad_ready(size_t i) {
   if (!options_.gradient_as_bucket_view_) {
     NoGradGuard no_grad;
     slice_of(i).copy_(params_[i].grad());
+    ++grad_copies_;
   }
   if (rebuild_pending_) arrival_.push_back(i);
   mark_ready(i);
@@ -214,18 +250,30 @@ void Reducer::launch(size_t b) {
   // Note [Bucket order check]: this rank's codes in its own slots, zeros elsewhere, then the used
   // counters; one copy from the host (asynchronous on CUDA).
   std::vector<double> values(size_t(tail_size(b)), 0.0);
-  order_.write_codes(values, b, iteration_, group_->sequence_number(), tail.dtype());
+  order_.write_codes(values, b, iteration_, group_->sequence_number(), bucket_dtype(b));
   if (options_.find_unused_parameters_)
     for (size_t k = 0; k < bucket.params.size(); ++k)
-      values[size_t(order_.slots()) + k] = used_[bucket.params[k]] ? 1.0 : 0.0;
+      values[size_t(order_.slots(bucket_dtype(b))) + k] = used_[bucket.params[k]] ? 1.0 : 0.0;
   tail.copy_(host_values(values, tail.device()), /*non_blocking=*/true);
   if (hooked) {
     side_[b] = tail;
     side_works_[b] = group_->allreduce(side_[b], AllreduceOptions().op(ReduceOp::sum));
-    Tensor grads = bucket.grads();
-    works_[b] = comm_hook_(*group_, grads);
+    GradBucket view;
+    view.index = b;
+    view.is_last = b + 1 == buckets_.size();
+    view.buffer = bucket.grads();
+    for (size_t k = 0; k < bucket.params.size(); ++k) {
+      view.parameters.push_back(params_[bucket.params[k]]);
+      view.offsets.push_back(bucket.offsets[k]);
+    }
+    works_[b] = comm_hook_(*group_, view);
     KILN_CHECK(works_[b] != nullptr, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
   } else {
+    // Note [Divide before summing]
+    if (div_factor_ > 1) {
+      Tensor grads = bucket.grads();
+      ops::mul_(grads, 1.0 / div_factor_);
+    }
     works_[b] = group_->allreduce(bucket.flat, AllreduceOptions().op(ReduceOp::sum));
   }
   ++launched_this_iteration_;
@@ -305,13 +353,8 @@ void Reducer::finalize(bool from_hook) {
         for (size_t b = 0; b < buckets_.size(); ++b) device_tails.push_back(tail_of(b));
         order_.defer(device_tails, iteration_);
       }
-      const double inv = 1.0 / group_->size();
       const bool one_rank = group_->size() == 1 && !comm_hook_;  // Note [One rank]
       for (size_t b = 0; b < buckets_.size(); ++b) {
-        if (!comm_hook_ && !one_rank) {
-          Tensor grads = buckets_[b].grads();
-          ops::mul_(grads, inv);
-        }
         copy_back(b, tails.empty() ? std::vector<double>() : tails[b], /*grads_current=*/one_rank && from_hook);
       }
     } catch (const std::exception& e) {
@@ -327,7 +370,7 @@ void Reducer::finalize(bool from_hook) {
 
 void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool grads_current) {
   const Bucket& bucket = buckets_[b];
-  const size_t used_at = size_t(order_.slots());
+  const size_t used_at = size_t(order_.slots(bucket_dtype(b)));
   for (size_t k = 0; k < bucket.params.size(); ++k) {
     size_t i = bucket.params[k];
     // No rank used it: leave .grad alone (copy mode; with views it is the zeroed slice).
@@ -373,8 +416,10 @@ void Reducer::finish() {
     bool has = used_[i] && params_[i].grad().defined();
     if (!has)
       s.zero_();
-    else if (!grad_is_view(i))
+    else if (!grad_is_view(i)) {
       s.copy_(params_[i].grad());
+      ++grad_copies_;
+    }
     mark_ready(i);
   }
   finalize(/*from_hook=*/false);

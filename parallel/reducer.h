@@ -54,8 +54,16 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // nothing when there are none) and fails, like the check at the end of backward, when ranks
   // reduced different buckets. Not collective. See Note [Deferred order check].
   void check_collective_order();
-  // Replaces the default reduction (sum, then divide) for every bucket; see comm_hooks.h.
+  // What the default reduction divides each bucket by before the sum (Note [Divide before
+  // summing]): the world size unless DDP's join() says fewer ranks contribute.
+  void set_div_factor(int factor);
+  int div_factor() const { return div_factor_; }
+  // Note [Join]: a rank that ran out of inputs issues the collectives of one synced backward with
+  // zero gradients (and nothing used), so the ranks still training can reduce theirs.
+  void shadow_iteration();
+  // Replaces the default reduction (divide, then sum) for every bucket; see comm_hooks.h.
   void register_comm_hook(CommHook hook);
+  bool has_comm_hook() const { return static_cast<bool>(comm_hook_); }
 
   // Introspection (tests, logging).
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -67,6 +75,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   int64_t allreduces_total() const { return launched_total_; }
   int64_t iteration() const { return iteration_; }  // synced backward passes started
   int64_t bucket_rebuilds() const { return rebuilds_; }
+  // Gradients copied from a tensor of their own into their bucket slice, ever: every gradient of
+  // every synced backward in copy mode; with gradient_as_bucket_view only a parameter's first
+  // gradient and one whose .grad was replaced or set to none (Note [Bucket views]).
+  int64_t grad_copies_into_buckets() const { return grad_copies_; }
   // Synced iterations whose order check was read on the host at the end of backward, and those
   // compared on the device instead (Note [Deferred order check]).
   int64_t order_checks_on_host() const { return order_.checks_on_host(); }
@@ -94,6 +106,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void rebuild_in_arrival_order();
   void wait_launched_quietly() noexcept;
   int64_t tail_size(size_t b) const;
+  DType bucket_dtype(size_t b) const { return params_[buckets_[b].params.front()].dtype(); }
   void fail(const std::string& message);
 
   std::vector<Tensor> params_;
@@ -107,6 +120,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   // Per iteration.
   bool require_sync_ = true;
+  int div_factor_ = 1;
   bool active_ = false;
   int64_t iteration_ = 0;
   std::vector<bool> ready_;         // per parameter, this iteration
@@ -121,7 +135,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   OrderChecker order_;  // Note [Bucket order check]: the first slots of every tail
 
-  int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0;
+  int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0, grad_copies_ = 0;
   std::string failure_;  // set once a collective failed or the order check fired: unusable
 };
 

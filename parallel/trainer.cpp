@@ -16,6 +16,7 @@
 #include <kiln/core/autocast.h>
 #include <kiln/core/error.h>
 #include <kiln/core/factory.h>
+#include <kiln/core/ops/join.h>
 #include <kiln/core/generator.h>
 #include <kiln/core/profiler/profiler.h>
 #include <kiln/optim/checkpoint.h>
@@ -129,6 +130,8 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
   const int k = options_.grad_accum_steps_;
   const bool autocast = options_.amp_ != DType::f32;
   const bool f16 = options_.amp_ == DType::f16;
+  KILN_CHECK(!joining_ || !options.sync_loss_, "Trainer::step: StepOptions::sync_loss is not supported inside "
+             "join() (a rank that ran out of batches could not tell the step logs); use log_every");
   StepStats stats;
   stats.step = global_step_;
   stats.lr = optimizer_->lr(0);
@@ -177,7 +180,11 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     optimizer_->step();
   }
   scheduler_.step();
-  optimizer_->zero_grad(/*set_to_none=*/true);
+  // With gradient_as_bucket_view .grad is its bucket slice: zero it in place so the next backward
+  // accumulates straight into the bucket (setting it to none would cost a copy per parameter per
+  // step to put the view back; Note [Bucket views]).
+  const bool views = ddp_ && ddp_->options().gradient_as_bucket_view_;
+  optimizer_->zero_grad(/*set_to_none=*/!views);
   ++global_step_;
 
   {
@@ -185,7 +192,7 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     stats.local_loss = k == 1 ? loss_sum : loss_sum * (1.0 / k);
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  stats.logged = options.sync_loss_ || (options_.log_every_ > 0 && stats.step % options_.log_every_ == 0);
+  stats.logged = options.sync_loss_ || log_step(stats.step);
   stats.loss = stats.logged ? average_across_ranks(stats.local_loss) : nan;
   stats.grad_norm = stats.logged && stats.grad_norm_tensor.defined() ? stats.grad_norm_tensor.item() : nan;
   stats.skipped = stats.logged && stats.found_inf.defined() && stats.found_inf.item() != 0.0;
@@ -214,9 +221,50 @@ Tensor Trainer::any_rank_found_inf(const Tensor& local) {
 
 double Trainer::average_across_ranks(const Tensor& local) {
   if (world_ == 1) return local.item();
+  if (joining_) {  // Note [Join]: (loss, 1) here, (0, 0) from ranks that ran out (shadow_step)
+    Tensor pair = ops::cat({local.reshape({1}).to(DType::f64), ones({1}, TensorOptions(DType::f64).device(local.device()))}, 0);
+    group_->allreduce(pair)->wait();
+    std::vector<double> v = pair.to_vector<double>();
+    return v[0] / v[1];
+  }
   Tensor sum = local.reshape({1}).clone();
   group_->allreduce(sum)->wait();
   return sum.item() / world_;
+}
+
+void Trainer::join(const std::function<void()>& body, JoinOptions options) {
+  KILN_CHECK(body != nullptr, "Trainer::join: the body is empty");
+  if (!ddp_ || !options.enable_) {
+    body();
+    return;
+  }
+  KILN_CHECK(options_.checkpoint_every_ == 0, "Trainer::join: automatic checkpoints (checkpoint_every ",
+             options_.checkpoint_every_, ") are not supported on uneven inputs; save after join() returns");
+  KILN_CHECK(!joining_, "Trainer::join: already inside join()");
+  joining_ = true;
+  try {
+    ddp_->join(body, options, [this] { shadow_step(); });
+  } catch (...) {
+    joining_ = false;
+    throw;
+  }
+  joining_ = false;
+}
+
+// What step() issues after the synced backward, with nothing to contribute: the f16 overflow
+// flag (MAX with 0) and, on log steps, the loss pair (0, 0). Then the step counters advance.
+void Trainer::shadow_step() {
+  const Device device = device_of(*model_);
+  if (options_.amp_ == DType::f16) {
+    Tensor flag = zeros({1}, TensorOptions(DType::f32).device(device));
+    group_->allreduce(flag, AllreduceOptions().op(ReduceOp::max))->wait();
+  }
+  if (log_step(global_step_)) {
+    Tensor pair = zeros({2}, TensorOptions(DType::f64).device(device));
+    group_->allreduce(pair)->wait();
+  }
+  scheduler_.step();
+  ++global_step_;
 }
 
 std::vector<optim::RngState> Trainer::gather_rng_states() {

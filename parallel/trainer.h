@@ -107,8 +107,8 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // One optimizer step: accumulate, synchronize, (unscale + cross-rank inf check), clip, step,
-  // update the scale, advance the schedule, zero_grad(set_to_none). The schedule and global step
-  // advance also when the step was skipped. Then the automatic checkpoint, if one is due.
+  // update the scale, advance the schedule, zero_grad (set_to_none; in place with
+  // gradient_as_bucket_view). The schedule and global step advance also when the step was skipped. Then the automatic checkpoint, if one is due.
   StepStats step(const std::function<Tensor(int micro_step)>& micro_loss, StepOptions options = {});
 
   // Rank 0 writes model state_dict, optimizer, scheduler and global step, every rank's
@@ -123,6 +123,15 @@ class Trainer {
   static std::string latest_checkpoint(const std::string& dir);
   // dir/step_<N>.safetensors
   static std::string checkpoint_path(const std::string& dir, int64_t step);
+
+  // Uneven inputs: runs `body` (this rank's loop of step() calls over its own batches) under
+  // DistributedDataParallel::join (Note [Join], ddp_join.cpp). A rank whose body returned shadows
+  // the others' steps: their gradient all-reduces (zero contributions), the f16 overflow check
+  // and, on log steps, the loss average, which then averages over the ranks still training; its
+  // global step and schedule advance with theirs. At the end every rank holds the weights of the
+  // last rank to finish. Inside join, StepOptions::sync_loss is refused (a finished rank could not
+  // know the step logs) and automatic checkpoints must be off. Collective; just runs `body` alone.
+  void join(const std::function<void()>& body, JoinOptions options = {});
 
   // Makes every rank's buffers (BatchNorm running statistics) rank 0's, as DDP does before each
   // forward in step() (DDPOptions::broadcast_buffers; nothing when that is off, or alone). Call it
@@ -150,6 +159,8 @@ class Trainer {
   double average_across_ranks(const Tensor& local);  // 0-dim f64 -> mean over ranks (collective)
   std::vector<optim::RngState> gather_rng_states();  // every rank's default generator (collective)
   void checkpoint_if_due();
+  void shadow_step();                                 // Note [Join]: a finished rank's side of one step
+  bool log_step(int64_t step) const { return options_.log_every_ > 0 && step % options_.log_every_ == 0; }
 
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<optim::Optimizer> optimizer_;     // zero1/zero2: the ShardedOptimizer
@@ -162,6 +173,7 @@ class Trainer {
   optim::LRScheduler scheduler_;
   optim::GradScaler scaler_;
   int64_t global_step_ = 0;
+  bool joining_ = false;  // inside join()
 };
 
 }  // namespace kiln::dist

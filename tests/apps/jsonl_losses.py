@@ -60,10 +60,19 @@ def check_close(a, b, ckpt_a, ckpt_b, tol):
     return ok and worst <= tol and worst_w <= tol
 
 
+def check_final_val(a, b, nats):
+    """The last validation losses of two runs within `nats` of each other."""
+    va, vb = lines(a, "eval")[-1]["val_loss"], lines(b, "eval")[-1]["val_loss"]
+    print(f"final val loss {va:.4f} vs {vb:.4f}: difference {abs(va - vb):.4f} nats, allowed {nats}")
+    return abs(va - vb) <= nats
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "converge":
         ok = check_converge(args[0], float(args[1]))
+    elif cmd == "final_val":
+        ok = check_final_val(args[0], args[1], float(args[2]))
     elif cmd == "equal":
         ok = check_equal_losses(args[0], args[1])
     else:

@@ -1,6 +1,6 @@
 #!/bin/sh
 # End-to-end checks of train_cifar, reading its JSONL metrics with awk (no other dependency).
-# Usage: train_cifar_test.sh accuracy|ddp|slurm|resume|errors path/to/train_cifar path/to/kiln-run
+# Usage: train_cifar_test.sh accuracy|ddp|syncbn|slurm|resume|errors path/to/train_cifar path/to/kiln-run
 # Each mode is one CTest (tests/apps/train_cifar_tests.cmake says what each compares and why).
 MODE="$1"
 TC="$2"
@@ -55,6 +55,29 @@ ddp)
   a=$(field "$T/one.jsonl" 3 test_accuracy); b=$(field "$T/two.jsonl" 3 test_accuracy)
   close "$a" "$b" 0.03 || fail "final test accuracy: 1 rank $a, 2 ranks $b (more than 3% apart)"
   [ "$(field "$T/two.jsonl" 3 test_total)" = 500 ] || fail "the 2-rank evaluation did not count 500 test images"
+  ;;
+syncbn)
+  # --sync-bn: 2 Gloo ranks x 32 normalize with the statistics of all 64 images, as 1 rank with
+  # batch 64 in one micro-batch does (same images per step, see ddp above), so the epoch-1 train
+  # losses agree to f32 summation order (1e-4; measured 5e-5) and the running statistics, hence the
+  # test accuracy, follow. Rounding differences grow with lr 0.2 over the steps, so epoch 2 gets 2e-3
+  # (measured 8e-4). The control, 2 ranks without --sync-bn, normalizes 32 images at a time: its
+  # epoch-1 loss is off by more than 1e-3 (measured 5e-3).
+  A="--train-size 2048 --test-size 500 --batch-size 64 --threads 1"
+  run "$T/one.log" "$TC" $COMMON $A --epochs 2 --metrics "$T/one.jsonl"
+  run "$T/two.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --epochs 2 --backend gloo --sync-bn \
+    --metrics "$T/two.jsonl"
+  run "$T/local.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --epochs 1 --backend gloo \
+    --metrics "$T/local.jsonl"
+  cat "$T/one.log" "$T/two.log" "$T/local.log"
+  grep -q "SyncBatchNorm" "$T/two.log" || fail "the 2-rank run did not report SyncBatchNorm"
+  a=$(field "$T/one.jsonl" 1 train_loss); b=$(field "$T/two.jsonl" 1 train_loss); c=$(field "$T/local.jsonl" 1 train_loss)
+  close "$a" "$b" 1e-4 || fail "epoch 1 train loss: 1 rank x 64 $a, 2 ranks x 32 with --sync-bn $b"
+  close "$a" "$c" 1e-3 && fail "epoch 1 train loss without --sync-bn $c is as close to 1 rank x 64 ($a): the control failed"
+  a=$(field "$T/one.jsonl" 2 train_loss); b=$(field "$T/two.jsonl" 2 train_loss)
+  close "$a" "$b" 2e-3 || fail "epoch 2 train loss: 1 rank x 64 $a, 2 ranks x 32 with --sync-bn $b"
+  a=$(field "$T/one.jsonl" 2 test_accuracy); b=$(field "$T/two.jsonl" 2 test_accuracy)
+  close "$a" "$b" 0.02 || fail "final test accuracy: 1 rank $a, 2 ranks with --sync-bn $b"
   ;;
 slurm)
   # Two tasks started as srun starts them (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; MASTER_ADDR

@@ -73,6 +73,27 @@ TEST_CASE("different models across ranks are refused at construction, naming the
     });
 }
 
+TEST_CASE("ranks that froze different parameters are refused at construction with a DistributedError") {
+  run_ranks(2, [&](ProcessGroup& pg) {
+    auto net = std::make_shared<test::Net>(1, test::NetSpec());
+    if (pg.rank() == 1) net->fc2->weight.requires_grad_(false);
+    bool refused = false;
+    try {
+      DistributedDataParallel ddp(net, borrow(pg));
+    } catch (const DistributedError& e) {
+      refused = true;
+      expect_contains(e.what(), "rank 1 has parameter 'fc2.weight' with requires_grad=false where rank 0 has "
+                                "requires_grad=true", "frozen mismatch");
+    }
+    expect(refused, "a model frozen differently across ranks was accepted");
+    // The same parameter frozen everywhere is fine: it is broadcast, never reduced.
+    auto same = std::make_shared<test::Net>(1, test::NetSpec());
+    same->fc2->weight.requires_grad_(false);
+    DistributedDataParallel ddp(same, borrow(pg));
+    expect(ddp.reducer().parameters().size() == 5, "5 of 6 parameters reduced");
+  });
+}
+
 TEST_CASE("broadcast_buffers keeps BatchNorm running statistics identical across ranks") {
   for (bool broadcast : {true, false}) {
     CAPTURE(broadcast);
@@ -143,6 +164,7 @@ TEST_CASE("a rank that issues an extra collective is caught by the bucket order 
         expect(ddp.reducer().bucket_count() == 3, "three buckets");
         Tensor x = test::random({2, 4}, DType::f32, 3);
         if (pg.rank() == 1) {
+          // 7 in every slot: f32 codes are two base-2^24 digits, so they read 7 + 7 * 2^24.
           Tensor extra = full({ddp.reducer().buckets()[0].flat.numel()}, 7.0);
           pg.allreduce(extra)->wait();  // rank 0 never issues this one
         }
@@ -155,7 +177,7 @@ TEST_CASE("a rank that issues an extra collective is caught by the bucket order 
         expect_contains(msg, "collective order mismatch", "order");
         expect_contains(msg, "rank " + std::to_string(pg.rank()) + " all-reduced bucket 0 of iteration 1", "bucket");
         expect_contains(msg, "sequence number", "sequence number");
-        expect_contains(msg, pg.rank() == 0 ? "rank 1 contributed bucket 7 of iteration 7"
+        expect_contains(msg, pg.rank() == 0 ? "rank 1 contributed bucket 117440519 of iteration 117440519"
                                             : "rank 0 contributed bucket 1 of iteration 1",
                         "the other rank's codes");
         // The DDP refuses to go on.
@@ -187,9 +209,9 @@ TEST_CASE("Note [Deferred order check]: where the order check is read, and the s
           // An f64 comm hook: the codes travel in the side all-reduce.
           dist::CommHook hook = nullptr;
           if (hooked)
-            hook = [](ProcessGroup& g, Tensor& grads) {
-              ops::mul_(grads, 0.5);
-              return g.allreduce(grads);
+            hook = [](ProcessGroup& g, GradBucket& bucket) {
+              ops::mul_(bucket.buffer, 0.5);
+              return g.allreduce(bucket.buffer);
             };
           int64_t host = 0, deferred = 0;
           auto got = test::train_ddp(
@@ -232,7 +254,7 @@ TEST_CASE("Note [Deferred order check]: a mismatch compared on the device is rep
     std::string msg = error_of([&] { ddp.check_collective_order(); }, "deferred order check");
     expect_contains(msg, "collective order mismatch", "order");
     expect_contains(msg, "rank " + std::to_string(pg.rank()) + " all-reduced bucket 0 of iteration 1", "bucket");
-    expect_contains(msg, pg.rank() == 0 ? "rank 1 contributed bucket 7 of iteration 7"
+    expect_contains(msg, pg.rank() == 0 ? "rank 1 contributed bucket 117440519 of iteration 117440519"
                                         : "rank 0 contributed bucket 1 of iteration 1",
                     "the other rank's codes");
     expect_contains(msg, "deferred check", "says it was deferred");
