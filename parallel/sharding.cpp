@@ -35,7 +35,7 @@ ShardedOptimizer::Factory factory_like(const optim::Optimizer& like) {
   for (size_t g = 0; g < like.num_param_groups(); ++g) hyper.push_back(like.hyper_parameters(g));
   return [hyper](std::vector<std::vector<Tensor>> shards) -> std::unique_ptr<optim::Optimizer> {
     std::vector<typename Opt::Group> groups;
-    for (auto& s : shards) groups.push_back(typename Opt::Group{std::move(s), {}});
+    for (auto& s : shards) groups.push_back(typename Opt::Group{std::move(s), decltype(Opt::Group::options)()});
     auto opt = std::make_unique<Opt>(std::move(groups));
     for (size_t g = 0; g < hyper.size(); ++g) opt->set_hyper_parameters(g, hyper[g]);
     return opt;
