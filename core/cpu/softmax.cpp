@@ -170,13 +170,12 @@ Tensor backward(const char* op, const Tensor& grad_out, const Tensor& out, int64
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return forward<false>("softmax", x, dim); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return forward<true>("log_softmax", x, dim); }
-Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim) {
-  return backward<false>("softmax_backward", grad_out, out, dim);
+Tensor softmax(const Tensor& x, int64_t dim, bool log) {
+  return log ? forward<true>("log_softmax", x, dim) : forward<false>("softmax", x, dim);
 }
-Tensor log_softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim) {
-  return backward<true>("log_softmax_backward", grad_out, out, dim);
+Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim, bool log) {
+  return log ? backward<true>("log_softmax_backward", grad_out, out, dim)
+             : backward<false>("softmax_backward", grad_out, out, dim);
 }
 
 }  // namespace kiln::cpu

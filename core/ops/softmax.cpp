@@ -8,45 +8,37 @@
 
 namespace kiln::ops {
 
-Tensor softmax(const Tensor& x, int64_t dim) {
-  check_defined(x, "softmax");
-  const int64_t d = wrap_dim(dim, x.dim(), "softmax");
-  return dispatch_device("softmax", {&x}, [&] { return cuda::softmax(x, d); }, [&] { return cpu::softmax(x, d); });
-}
-
-Tensor log_softmax(const Tensor& x, int64_t dim) {
-  check_defined(x, "log_softmax");
-  const int64_t d = wrap_dim(dim, x.dim(), "log_softmax");
-  return dispatch_device("log_softmax", {&x}, [&] { return cuda::log_softmax(x, d); },
-                         [&] { return cpu::log_softmax(x, d); });
-}
-
 namespace {
 
-// The forward output's gradient against it: both defined, one shape and dtype; returns dim wrapped.
-int64_t check_backward(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim) {
+Tensor forward(const char* op, const Tensor& x, int64_t dim, bool log) {
+  check_defined(x, op);
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  return dispatch_device(op, {&x}, [&] { return cuda::softmax(x, d, log); }, [&] { return cpu::softmax(x, d, log); });
+}
+
+// The forward output's gradient against it: both defined, one shape and dtype.
+Tensor backward(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim, bool log) {
   check_defined(grad_out, op, "grad_out");
   check_defined(out, op, "out");
   KILN_CHECK(grad_out.shape() == out.shape(), op, ": grad_out has shape ", grad_out.shape(),
              " but the forward output has shape ", out.shape());
   KILN_CHECK(grad_out.dtype() == out.dtype(), op, ": grad_out is ", grad_out.dtype(),
              " but the forward output is ", out.dtype());
-  return wrap_dim(dim, out.dim(), op);
+  const int64_t d = wrap_dim(dim, out.dim(), op);
+  return dispatch_device(op, {&grad_out, &out}, [&] { return cuda::softmax_backward(grad_out, out, d, log); },
+                         [&] { return cpu::softmax_backward(grad_out, out, d, log); });
 }
 
 }  // namespace
 
-Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim) {
-  const int64_t d = check_backward("softmax_backward", grad_out, out, dim);
-  return dispatch_device("softmax_backward", {&grad_out, &out}, [&] { return cuda::softmax_backward(grad_out, out, d); },
-                         [&] { return cpu::softmax_backward(grad_out, out, d); });
-}
+Tensor softmax(const Tensor& x, int64_t dim) { return forward("softmax", x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return forward("log_softmax", x, dim, true); }
 
+Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim) {
+  return backward("softmax_backward", grad_out, out, dim, false);
+}
 Tensor log_softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim) {
-  const int64_t d = check_backward("log_softmax_backward", grad_out, out, dim);
-  return dispatch_device("log_softmax_backward", {&grad_out, &out},
-                         [&] { return cuda::log_softmax_backward(grad_out, out, d); },
-                         [&] { return cpu::log_softmax_backward(grad_out, out, d); });
+  return backward("log_softmax_backward", grad_out, out, dim, true);
 }
 
 }  // namespace kiln::ops

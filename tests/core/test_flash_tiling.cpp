@@ -26,6 +26,19 @@ bool any_visible(int q0, int q1, int k0, int k1, int t, bool causal) {
   return false;
 }
 
+// Every key-tile width, causal flag and sequence length the tile-visit tests sweep.
+template <class F>
+void for_each_tiling(F&& check) {
+  for (int cols : {32, 64})
+    for (bool causal : {true, false})
+      for (int t : {1, 2, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 129, 200, 256, 1000}) {
+        CAPTURE(cols);
+        CAPTURE(causal);
+        CAPTURE(t);
+        check(cols, causal, t);
+      }
+}
+
 }  // namespace
 
 TEST_CASE("flash tiling: the mask") {
@@ -40,40 +53,30 @@ TEST_CASE("flash tiling: the mask") {
 
 TEST_CASE("flash tiling: query tiles visit exactly the key tiles with a visible pair") {
   const int rows = flash::kRowsPerBlock;
-  for (int cols : {32, 64})
-    for (bool causal : {true, false})
-      for (int t : {1, 2, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 129, 200, 256, 1000}) {
-        CAPTURE(cols);
-        CAPTURE(causal);
-        CAPTURE(t);
-        for (int m0 = 0; m0 < t; m0 += rows) {
-          const int end = flash::key_end(m0, rows, t, causal);
-          CHECK(end <= t);
-          for (int n0 = 0; n0 < t; n0 += cols) {
-            const bool visited = n0 < end;
-            CHECK_MESSAGE(visited == any_visible(m0, m0 + rows, n0, n0 + cols, t, causal), "m0 ", m0, " n0 ", n0);
-          }
-        }
+  for_each_tiling([&](int cols, bool causal, int t) {
+    for (int m0 = 0; m0 < t; m0 += rows) {
+      const int end = flash::key_end(m0, rows, t, causal);
+      CHECK(end <= t);
+      for (int n0 = 0; n0 < t; n0 += cols) {
+        const bool visited = n0 < end;
+        CHECK_MESSAGE(visited == any_visible(m0, m0 + rows, n0, n0 + cols, t, causal), "m0 ", m0, " n0 ", n0);
       }
+    }
+  });
 }
 
 TEST_CASE("flash tiling: key tiles visit exactly the query tiles with a visible pair") {
   const int rows = flash::kRowsPerBlock;
-  for (int cols : {32, 64})
-    for (bool causal : {true, false})
-      for (int t : {1, 2, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 129, 200, 256, 1000}) {
-        CAPTURE(cols);
-        CAPTURE(causal);
-        CAPTURE(t);
-        for (int n0 = 0; n0 < t; n0 += rows) {
-          const int begin = flash::query_begin(n0, cols, causal);
-          CHECK(begin % cols == 0);  // tiles stay aligned at 0
-          for (int m0 = 0; m0 < t; m0 += cols) {
-            const bool visited = m0 >= begin;
-            CHECK_MESSAGE(visited == any_visible(m0, m0 + cols, n0, n0 + rows, t, causal), "n0 ", n0, " m0 ", m0);
-          }
-        }
+  for_each_tiling([&](int cols, bool causal, int t) {
+    for (int n0 = 0; n0 < t; n0 += rows) {
+      const int begin = flash::query_begin(n0, cols, causal);
+      CHECK(begin % cols == 0);  // tiles stay aligned at 0
+      for (int m0 = 0; m0 < t; m0 += cols) {
+        const bool visited = m0 >= begin;
+        CHECK_MESSAGE(visited == any_visible(m0, m0 + cols, n0, n0 + rows, t, causal), "n0 ", n0, " m0 ", m0);
       }
+    }
+  });
 }
 
 TEST_CASE("flash tiling: the block order covers every (head, tile) once") {

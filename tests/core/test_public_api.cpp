@@ -53,8 +53,8 @@ struct Seen {
         !hidden<decltype(kiln::ops::matmul(std::declval<Tensor>(), std::declval<Tensor>()))>,                     \
         !hidden<decltype(kiln::ops::softmax(std::declval<Tensor>(), int64_t{}))>,                                 \
         !hidden<decltype(kiln::ops::conv2d(std::declval<Tensor>(), std::declval<Tensor>()))>,                     \
-        !hidden<decltype(kiln::cpu::softmax(std::declval<Tensor>(), int64_t{}))>,                                 \
-        !hidden<decltype(kiln::cuda::softmax(std::declval<Tensor>(), int64_t{}))>,                                \
+        !hidden<decltype(kiln::cpu::softmax(std::declval<Tensor>(), int64_t{}, bool{}))>,                         \
+        !hidden<decltype(kiln::cuda::softmax(std::declval<Tensor>(), int64_t{}, bool{}))>,                        \
         !hidden<decltype(kiln::cuda::gemm(std::declval<Tensor>(), std::declval<Tensor>(), std::declval<Tensor>(), \
                                           std::declval<Shape>()))>                                                \
   }

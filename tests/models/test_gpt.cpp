@@ -14,14 +14,7 @@ namespace {
 
 // Small, with a vocabulary that is not a multiple of the padding (vocab 100 -> 128 rows).
 GPTConfig small_config() {
-  GPTConfig c;
-  c.vocab_size = 100;
-  c.padded_vocab_size = 128;
-  c.block_size = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
+  return {.vocab_size = 100, .padded_vocab_size = 128, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 16};
 }
 
 Tensor tokens(const Shape& shape, int64_t vocab, uint64_t seed) {

@@ -33,15 +33,8 @@ TEST_CASE("every preset round-trips through to_json / from_json") {
 }
 
 TEST_CASE("a config unlike the defaults round-trips: no bias, dropout, odd sizes") {
-  GPTConfig c;
-  c.vocab_size = 101;
-  c.padded_vocab_size = 128;
-  c.block_size = 48;
-  c.n_layer = 3;
-  c.n_head = 3;
-  c.n_embd = 24;
-  c.dropout = 0.125;
-  c.bias = false;
+  const GPTConfig c{.vocab_size = 101, .padded_vocab_size = 128, .block_size = 48, .n_layer = 3, .n_head = 3,
+                    .n_embd = 24, .dropout = 0.125, .bias = false};
   const GPTConfig back = GPTConfig::from_json(c.to_json());
   check_same(back, c);
   CHECK(back.dropout != GPTConfig().dropout);  // the check above can fail: not the defaults

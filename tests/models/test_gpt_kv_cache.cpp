@@ -11,14 +11,7 @@ using models::GPTKVCache;
 namespace {
 
 GPTConfig small_config() {
-  GPTConfig c;
-  c.vocab_size = 100;
-  c.padded_vocab_size = 128;
-  c.block_size = 12;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
+  return {.vocab_size = 100, .padded_vocab_size = 128, .block_size = 12, .n_layer = 2, .n_head = 2, .n_embd = 16};
 }
 
 }  // namespace

@@ -1,46 +1,16 @@
 // Gloo process group across real processes (1, 2 and 3 forked ranks, file-store rendezvous): every
 // collective and dtype against values computed here, async issue order, refusal of bad inputs,
 // and a rank that leaves early being named in the others' errors.
+#include "parallel/rank_values.h"
 #include "parallel/run_ranks.h"
 
 #include <chrono>
 #include <thread>
 
 using namespace kiln;
-using kiln::test::expect;
-using kiln::test::expect_values;
-using kiln::test::run_ranks;
+using namespace kiln::test;
 
 namespace {
-
-const DType kDTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::i32, DType::u8};
-
-// What rank r contributes at element i: small values, exact in every dtype (negative for floats).
-double contribution(int r, int64_t i, DType dt) {
-  double v = double((r * 7 + i * 3) % 11);
-  return is_floating(dt) ? v - 5.0 + 0.5 * r : v;
-}
-
-Tensor rank_tensor(int r, int64_t n, DType dt) {
-  std::vector<double> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = contribution(r, i, dt);
-  return from_vector(v, {n}).to(dt);
-}
-
-std::vector<double> expected_reduce(int size, int64_t n, DType dt, dist::ReduceOp op) {
-  std::vector<double> out(n);
-  for (int64_t i = 0; i < n; ++i) {
-    double s = 0, mx = -1e300, mn = 1e300;
-    for (int r = 0; r < size; ++r) {
-      double v = contribution(r, i, dt);
-      s += v;
-      mx = std::max(mx, v);
-      mn = std::min(mn, v);
-    }
-    out[i] = op == dist::ReduceOp::max ? mx : op == dist::ReduceOp::min ? mn : op == dist::ReduceOp::avg ? s / size : s;
-  }
-  return out;
-}
 
 const char* op_str(dist::ReduceOp op) {
   return op == dist::ReduceOp::sum ? "sum" : op == dist::ReduceOp::avg ? "avg" : op == dist::ReduceOp::max ? "max" : "min";
@@ -48,14 +18,14 @@ const char* op_str(dist::ReduceOp op) {
 
 void check_all_reductions(dist::ProcessGroup& pg) {
   const int64_t n = 1003;
-  for (DType dt : kDTypes) {
+  for (DType dt : kCollectiveDTypes) {
     for (auto op : {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max, dist::ReduceOp::min}) {
       if (op == dist::ReduceOp::avg && !is_floating(dt)) continue;
       Tensor t = rank_tensor(pg.rank(), n, dt);
       pg.allreduce(t, dist::AllreduceOptions().op(op))->wait();
       std::string what = std::string("allreduce ") + op_str(op) + " " + dtype_name(dt) + " on rank " +
                          std::to_string(pg.rank());
-      expect_values(t, expected_reduce(pg.size(), n, dt, op), kiln::test::rtol_for(dt), what);
+      expect_values(t, reduced_all(pg.size(), n, dt, op), kiln::test::rtol_for(dt), what);
     }
   }
 }
@@ -74,7 +44,7 @@ TEST_CASE("allreduce of a large f32 tensor spans many Gloo segments") {
     const int64_t n = 3 << 18;  // 3 MiB of f32: several 1 MiB segments
     Tensor t = rank_tensor(pg.rank(), n, DType::f32);
     pg.allreduce(t)->wait();
-    expect_values(t, expected_reduce(2, n, DType::f32, dist::ReduceOp::sum), 1e-6, "large allreduce");
+    expect_values(t, reduced_all(2, n, DType::f32, dist::ReduceOp::sum), 1e-6, "large allreduce");
   });
 }
 
@@ -117,7 +87,7 @@ TEST_CASE("reduce_scatter keeps this rank's reduced chunk") {
         Tensor in = rank_tensor(pg.rank(), total, DType::f64);
         Tensor out = zeros({chunk}, DType::f64);
         pg.reduce_scatter(out, in, dist::AllreduceOptions().op(op))->wait();
-        std::vector<double> all = expected_reduce(pg.size(), total, DType::f64, op);
+        std::vector<double> all = reduced_all(pg.size(), total, DType::f64, op);
         std::vector<double> want(all.begin() + pg.rank() * chunk, all.begin() + (pg.rank() + 1) * chunk);
         expect_values(out, want, 1e-12, std::string("reduce_scatter ") + op_str(op) + " on rank " +
                                             std::to_string(pg.rank()));
@@ -147,7 +117,7 @@ TEST_CASE("collectives issued back to back complete in order") {
     std::vector<std::shared_ptr<dist::Work>> works;
     uint64_t first = pg.sequence_number();
     for (int k = 0; k < count; ++k) {
-      DType dt = kDTypes[k % 7];
+      DType dt = kCollectiveDTypes[k % 7];
       tensors.push_back(rank_tensor(pg.rank(), 100 + 37 * k, dt));
       if (k % 5 == 4)
         works.push_back(pg.broadcast(tensors.back(), k % pg.size()));
@@ -158,9 +128,9 @@ TEST_CASE("collectives issued back to back complete in order") {
     for (int k = 0; k < count; ++k) {
       works[k]->wait();
       expect(works[k]->is_completed(), "work " + std::to_string(k) + " not completed after wait()");
-      DType dt = kDTypes[k % 7];
+      DType dt = kCollectiveDTypes[k % 7];
       int64_t n = 100 + 37 * k;
-      std::vector<double> want = expected_reduce(pg.size(), n, dt, dist::ReduceOp::sum);
+      std::vector<double> want = reduced_all(pg.size(), n, dt, dist::ReduceOp::sum);
       if (k % 5 == 4)
         for (int64_t i = 0; i < n; ++i) want[i] = contribution(k % pg.size(), i, dt);
       expect_values(tensors[k], want, kiln::test::rtol_for(dt), "async collective " + std::to_string(k));

@@ -2,59 +2,28 @@
 // (0, 1, 7, 1001 elements) in every dtype and reduction, checked against values computed here; and
 // the padded flat shards of Note [Padded flat shards] carrying sizes that do not divide by the
 // world size through a reduce-scatter and back through an allgather.
+#include "parallel/rank_values.h"
 #include "parallel/run_ranks.h"
 
 #include <kiln/parallel/shard_layout.h>
 
 using namespace kiln;
-using kiln::test::expect;
-using kiln::test::expect_values;
-using kiln::test::run_ranks;
+using namespace kiln::test;
 
 namespace {
-
-const DType kDTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::i32, DType::u8};
-
-// Rank r's value at element i of a reduce_scatter input: small, exact in every dtype.
-double contribution(int r, int64_t i, DType dt) {
-  double v = double((r * 5 + i * 3) % 7);
-  return is_floating(dt) ? v - 3.0 + 0.25 * r : v;
-}
-
-Tensor rank_input(int r, int64_t n, DType dt) {
-  std::vector<double> v(size_t(n), 0.0);
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = contribution(r, i, dt);
-  return from_vector(v, {n}).to(dt);
-}
-
-double reduce(int world, int64_t i, DType dt, dist::ReduceOp op) {
-  double s = 0, mx = -1e300, mn = 1e300;
-  for (int r = 0; r < world; ++r) {
-    const double v = contribution(r, i, dt);
-    s += v;
-    mx = std::max(mx, v);
-    mn = std::min(mn, v);
-  }
-  switch (op) {
-    case dist::ReduceOp::max: return mx;
-    case dist::ReduceOp::min: return mn;
-    case dist::ReduceOp::avg: return s / world;
-    default: return s;
-  }
-}
 
 void check_reduce_scatter(dist::ProcessGroup& pg) {
   const int world = pg.size(), r = pg.rank();
   for (int64_t chunk : {int64_t(0), int64_t(1), int64_t(7), int64_t(1001)}) {
-    for (DType dt : kDTypes) {
+    for (DType dt : kCollectiveDTypes) {
       for (auto op : {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max, dist::ReduceOp::min}) {
         if (op == dist::ReduceOp::avg && !is_floating(dt)) continue;
-        Tensor in = rank_input(r, chunk * world, dt);
+        Tensor in = rank_tensor(r, chunk * world, dt);
         Tensor keep = in.clone();
         Tensor out = full({chunk}, 99, TensorOptions(dt));
         pg.reduce_scatter(out, in, dist::AllreduceOptions().op(op))->wait();
         std::vector<double> want(static_cast<size_t>(chunk), 0.0);
-        for (int64_t i = 0; i < chunk; ++i) want[size_t(i)] = reduce(world, r * chunk + i, dt, op);
+        for (int64_t i = 0; i < chunk; ++i) want[size_t(i)] = reduced(world, r * chunk + i, dt, op);
         const std::string what = "reduce_scatter chunk " + std::to_string(chunk) + " " + dtype_name(dt) +
                                  " op " + std::to_string(int(op)) + " rank " + std::to_string(r) + " of " +
                                  std::to_string(world);
@@ -68,8 +37,8 @@ void check_reduce_scatter(dist::ProcessGroup& pg) {
 void check_allgather(dist::ProcessGroup& pg) {
   const int world = pg.size(), r = pg.rank();
   for (int64_t chunk : {int64_t(0), int64_t(1), int64_t(7), int64_t(1001)}) {
-    for (DType dt : kDTypes) {
-      Tensor in = rank_input(r, chunk, dt);
+    for (DType dt : kCollectiveDTypes) {
+      Tensor in = rank_tensor(r, chunk, dt);
       Tensor out = full({chunk * world}, 99, TensorOptions(dt));
       pg.allgather(out, in)->wait();
       std::vector<double> want;
@@ -100,11 +69,12 @@ TEST_CASE("allgather: every dtype, odd chunks, 1 to 4 ranks") {
 TEST_CASE("reduce_scatter of a large f32 tensor across 3 ranks (several MiB per chunk)") {
   run_ranks(3, [](dist::ProcessGroup& pg) {
     const int64_t chunk = (1 << 20) + 3;
-    Tensor in = rank_input(pg.rank(), 3 * chunk, DType::f32);
+    Tensor in = rank_tensor(pg.rank(), 3 * chunk, DType::f32);
     Tensor out = zeros({chunk});
     pg.reduce_scatter(out, in)->wait();
     std::vector<double> want(static_cast<size_t>(chunk), 0.0);
-    for (int64_t i = 0; i < chunk; ++i) want[size_t(i)] = reduce(3, pg.rank() * chunk + i, DType::f32, dist::ReduceOp::sum);
+    for (int64_t i = 0; i < chunk; ++i)
+      want[size_t(i)] = reduced(3, pg.rank() * chunk + i, DType::f32, dist::ReduceOp::sum);
     expect_values(out, want, 1e-6, "large reduce_scatter");
   });
 }
@@ -123,13 +93,13 @@ TEST_CASE("padded flat shards: sizes that do not divide by the world size surviv
       expect(n_el == 21 && b.chunk == (21 + world - 1) / world, "bucket size and chunk");
       // Every rank's full gradient is its contribution; padded to world * chunk with zeros.
       Tensor flat = zeros({b.chunk * world});
-      flat.narrow(0, 0, n_el).copy_(rank_input(r, n_el, DType::f32));
+      flat.narrow(0, 0, n_el).copy_(rank_tensor(r, n_el, DType::f32));
       Tensor mine = zeros({b.chunk});
       pg.reduce_scatter(mine, flat, dist::AllreduceOptions().op(dist::ReduceOp::avg))->wait();
       const auto [lo, hi] = dist::ShardLayout::owned_range(n_el, b.chunk, r);
       std::vector<double> got = kiln::test::values(mine);
       for (int64_t i = 0; i < b.chunk; ++i) {
-        const double want = lo + i < hi ? reduce(world, lo + i, DType::f32, dist::ReduceOp::avg) : 0.0;
+        const double want = lo + i < hi ? reduced(world, lo + i, DType::f32, dist::ReduceOp::avg) : 0.0;
         expect(std::fabs(got[size_t(i)] - want) <= 1e-6 * (1 + std::fabs(want)),
                "owned element " + std::to_string(i) + " of rank " + std::to_string(r));
       }
@@ -146,9 +116,11 @@ TEST_CASE("padded flat shards: sizes that do not divide by the world size surviv
       Tensor whole = zeros({b.chunk * world});
       pg.allgather(whole, mine)->wait();
       std::vector<double> all = kiln::test::values(whole);
-      for (int64_t i = 0; i < n_el; ++i)
-        expect(std::fabs(all[size_t(i)] - reduce(world, i, DType::f32, dist::ReduceOp::avg)) <= 1e-6 * (1 + std::fabs(all[size_t(i)])),
+      for (int64_t i = 0; i < n_el; ++i) {
+        const double want = reduced(world, i, DType::f32, dist::ReduceOp::avg);
+        expect(std::fabs(all[size_t(i)] - want) <= 1e-6 * (1 + std::fabs(all[size_t(i)])),
                "gathered element " + std::to_string(i));
+      }
     });
   }
 }

@@ -20,13 +20,9 @@ TEST_CASE("a trained GPT saved as HF GPT-2 safetensors gives the same logits in 
   const char* script = std::getenv("KILN_HF_GPT2_PY");
   REQUIRE(python != nullptr);
   REQUIRE(script != nullptr);
-  models::GPTConfig c;
-  c.vocab_size = 301;
-  c.padded_vocab_size = 320;  // the padded rows must not reach the file
-  c.block_size = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_embd = 32;
+  // The padded rows (301 -> 320) must not reach the file.
+  const models::GPTConfig c{.vocab_size = 301, .padded_vocab_size = 320, .block_size = 32,
+                           .n_layer = 2, .n_head = 4, .n_embd = 32};
   default_generator().manual_seed(24);
   auto model = std::make_shared<models::GPT>(models::GPTOptions(c).seed(24));
   optim::AdamW opt(model->parameters(), optim::AdamWOptions(1e-2).weight_decay(0.1));

@@ -33,22 +33,14 @@ struct UnscaleOp {
     const dacc_t<T> inv = load_acc(store_as<T>(math::inv_scale(*scale)));
     T* x = static_cast<T*>(tab.ptr[0][r.t]);
     bool non_finite = false;
-    for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
-      T rx[kILP];
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = base + threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < r.end) rx[k] = x[i];
-      }
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = base + threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i >= r.end) continue;
-        const dacc_t<T> v = load_acc(rx[k]);
-        non_finite |= !isfinite(v);
-        x[i] = store_as<T>(v * inv);
-      }
-    }
+    T rx[kILP];
+    mt::for_each_ilp(
+        r, [&](int k, int64_t i) { rx[k] = x[i]; },
+        [&](int k, int64_t i) {
+          const dacc_t<T> v = load_acc(rx[k]);
+          non_finite |= !isfinite(v);
+          x[i] = store_as<T>(v * inv);
+        });
     // Every thread of the block reaches this barrier (no early exit above). Blocks that find a
     // non-finite value all store 1: a benign race, as in torch.
     if (__syncthreads_or(non_finite) && threadIdx.x == 0) *found_inf = 1.f;

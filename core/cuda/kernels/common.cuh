@@ -84,33 +84,41 @@ decltype(auto) dispatch_all_device(DType t, const char* op, F&& fn) {
   return dispatch_all(t, op, [&]<class T>() { return fn.template operator()<device_t<T>>(); });
 }
 
-// Warp and block reductions over float (blockDim.x a multiple of 32, at most 1024).
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+// Warp and block reductions (blockDim.x a multiple of 32, at most 1024). `combine` is associative
+// and `identity` its neutral element; every thread gets the result.
+struct Plus {
+  template <class T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct FloatMax {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <class T, class Combine>
+__device__ __forceinline__ T warp_reduce(T v, Combine combine) {
+  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-// Every thread gets the block's sum. `scratch` holds 32 floats; callable repeatedly.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// `scratch` holds 32 T; callable repeatedly.
+template <class T, class Combine>
+__device__ __forceinline__ T block_reduce(T v, T* scratch, T identity, Combine combine) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  v = warp_sum(v);
+  v = warp_reduce(v, combine);
   __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = lane < warps ? scratch[lane] : 0.f;
-  return warp_sum(v);
+  v = lane < warps ? scratch[lane] : identity;
+  return warp_reduce(v, combine);
+}
+
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, Plus{}); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, FloatMax{}); }
+template <class T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  return block_reduce(v, scratch, T(0), Plus{});
 }
 __device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : -INFINITY;
-  return warp_max(v);
+  return block_reduce(v, scratch, -INFINITY, FloatMax{});
 }
 
 }  // namespace kiln::cuda

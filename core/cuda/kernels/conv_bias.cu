@@ -23,21 +23,6 @@ __global__ void add_bias_kernel(T* y, const T* bias, int64_t rows, int64_t chann
   }
 }
 
-__device__ __forceinline__ double warp_sum_double(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// Every thread gets the block's sum; `scratch` holds 32 doubles (blockDim.x a multiple of 32).
-__device__ __forceinline__ double block_sum_double(double v, double* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  v = warp_sum_double(v);
-  __syncthreads();  // scratch may still be read by the previous call
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : 0.0;
-  return warp_sum_double(v);
-}
-
 // gy (N, O, plane) -> out (O): out[o] = sum over n, p of gy[n, o, p]. A block per channel at a time;
 // the channel's N*plane elements are taken flat, j = n * plane + p.
 template <class T>
@@ -50,7 +35,7 @@ __global__ void bias_grad_kernel(const T* gy, T* out, int64_t n, int64_t channel
       const int64_t b = j / plane, p = j - b * plane;
       sum += static_cast<double>(load_acc(gy[(b * channels + o) * plane + p]));
     }
-    sum = block_sum_double(sum, scratch);
+    sum = block_sum(sum, scratch);
     if (threadIdx.x == 0) out[o] = store_as<T>(sum);
   }
 }

@@ -45,30 +45,42 @@ void launch(const Table& table, int blocks, const Op& op, cudaStream_t stream) {
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+// Walks a block's chunk with kILP elements per thread in flight: for each group of
+// blockDim.x * kILP elements, every thread first calls load(k, i) for its elements k = 0..kILP-1
+// that lie in the chunk (i the element index), then compute(k, i) for the same ones. The callers
+// keep their per-element registers in arrays of kILP indexed by k (the loops are unrolled, so the
+// arrays stay in registers).
+template <class Load, class Compute>
+__device__ __forceinline__ void for_each_ilp(ChunkRange r, Load&& load, Compute&& compute) {
+  for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
+#pragma unroll
+    for (int k = 0; k < kILP; ++k) {
+      const int64_t i = base + threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < r.end) load(k, i);
+    }
+#pragma unroll
+    for (int k = 0; k < kILP; ++k) {
+      const int64_t i = base + threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < r.end) compute(k, i);
+    }
+  }
+}
+
 // max that lets NaN win (torch.max), for the infinity norm.
 template <class T>
 __device__ __forceinline__ T nan_max(T a, T b) {
   return (a != a || a > b) ? a : b;
 }
 
-// Block-wide reductions in double (blockDim.x a multiple of 32); every thread gets the result.
-// `scratch` holds 32 doubles.
+// Block-wide sum or NaN-propagating maximum in double (blockDim.x a multiple of 32); every thread
+// gets the result. `scratch` holds 32 doubles. 0 is neutral for sums and for maxima of |x|.
+struct NanMax {
+  __device__ __forceinline__ double operator()(double a, double b) const { return nan_max(a, b); }
+};
 template <bool kMax>
 __device__ __forceinline__ double block_reduce_double(double v, double* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  for (int o = 16; o > 0; o >>= 1) {
-    const double other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = kMax ? nan_max(v, other) : v + other;
-  }
-  __syncthreads();  // scratch may still be read by a previous call
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : 0.0;  // 0 is neutral for sums and for maxima of |x|
-  for (int o = 16; o > 0; o >>= 1) {
-    const double other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = kMax ? nan_max(v, other) : v + other;
-  }
-  return v;
+  if constexpr (kMax) return block_reduce(v, scratch, 0.0, NanMax{});
+  else return block_reduce(v, scratch, 0.0, Plus{});
 }
 
 }  // namespace kiln::cuda::mt

@@ -91,11 +91,6 @@ void advance_steps(const std::vector<Tensor>& steps, const float* found_inf, cud
   }
 }
 
-// Index of the k-th element a thread handles in the ILP group starting at `base`.
-__device__ __forceinline__ int64_t ilp_index(int64_t base, int k) {
-  return base + threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-}
-
 // --- AdamW -----------------------------------------------------------------------------------------
 
 struct StepMeta {
@@ -120,30 +115,23 @@ struct AdamWOp {
     if constexpr (kAmsgrad) vmax = static_cast<T*>(tab.ptr[4][r.t]);
     const math::AdamWStepCoeffs<T> sc =
         math::adamw_step_coeffs<T>(lr, beta1, beta2, static_cast<double>(*tab.meta[r.t].step));
-    for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
-      T rp[kILP], rg[kILP], rm[kILP], rv[kILP], rmax[kILP];
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = ilp_index(base, k);
-        if (i < r.end) {
+    T rp[kILP], rg[kILP], rm[kILP], rv[kILP], rmax[kILP];
+    mt::for_each_ilp(
+        r,
+        [&](int k, int64_t i) {
           rp[k] = p[i];
           rg[k] = g[i];
           rm[k] = m[i];
           rv[k] = v[i];
           if constexpr (kAmsgrad) rmax[k] = vmax[i];
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = ilp_index(base, k);
-        if (i >= r.end) continue;
-        math::adamw_element<T, kAmsgrad>(rp[k], rg[k], rm[k], rv[k], rmax[k], c, sc);
-        p[i] = rp[k];
-        m[i] = rm[k];
-        v[i] = rv[k];
-        if constexpr (kAmsgrad) vmax[i] = rmax[k];
-      }
-    }
+        },
+        [&](int k, int64_t i) {
+          math::adamw_element<T, kAmsgrad>(rp[k], rg[k], rm[k], rv[k], rmax[k], c, sc);
+          p[i] = rp[k];
+          m[i] = rm[k];
+          v[i] = rv[k];
+          if constexpr (kAmsgrad) vmax[i] = rmax[k];
+        });
   }
 };
 
@@ -190,28 +178,21 @@ struct SgdOp {
       buf = static_cast<T*>(tab.ptr[2][r.t]);
       first = math::sgd_first_update(tab.meta[r.t].fresh != 0, *tab.meta[r.t].step);
     }
-    for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
-      T rp[kILP], rg[kILP], rb[kILP];
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = ilp_index(base, k);
-        if (i < r.end) {
+    T rp[kILP], rg[kILP], rb[kILP];
+    mt::for_each_ilp(
+        r,
+        [&](int k, int64_t i) {
           rp[k] = p[i];
           rg[k] = g[i];
           rb[k] = T(0);
           if constexpr (kMomentum)
             if (!first) rb[k] = buf[i];  // a fresh buffer is never read
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = ilp_index(base, k);
-        if (i >= r.end) continue;
-        math::sgd_element<T, kMomentum>(rp[k], rg[k], rb[k], first, c);
-        p[i] = rp[k];
-        if constexpr (kMomentum) buf[i] = rb[k];
-      }
-    }
+        },
+        [&](int k, int64_t i) {
+          math::sgd_element<T, kMomentum>(rp[k], rg[k], rb[k], first, c);
+          p[i] = rp[k];
+          if constexpr (kMomentum) buf[i] = rb[k];
+        });
   }
 };
 
@@ -251,23 +232,16 @@ struct NormOp {
     __shared__ double scratch[32];
     const T* x = static_cast<const T*>(tab.ptr[0][r.t]);
     double acc = 0.0;
-    for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
-      T rx[kILP];
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = ilp_index(base, k);
-        if (i < r.end) rx[k] = x[i];
-      }
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        if (ilp_index(base, k) >= r.end) continue;
-        const double a = fabs(static_cast<double>(load_acc(rx[k])));
-        if constexpr (K == NormKind::inf) acc = mt::nan_max(acc, a);
-        else if constexpr (K == NormKind::l2) acc += a * a;
-        else if constexpr (K == NormKind::l1) acc += a;
-        else acc += pow(a, p);
-      }
-    }
+    T rx[kILP];
+    mt::for_each_ilp(
+        r, [&](int k, int64_t i) { rx[k] = x[i]; },
+        [&](int k, int64_t) {
+          const double a = fabs(static_cast<double>(load_acc(rx[k])));
+          if constexpr (K == NormKind::inf) acc = mt::nan_max(acc, a);
+          else if constexpr (K == NormKind::l2) acc += a * a;
+          else if constexpr (K == NormKind::l1) acc += a;
+          else acc += pow(a, p);
+        });
     acc = mt::block_reduce_double<K == NormKind::inf>(acc, scratch);
     if (threadIdx.x == 0) partial[block_base + blockIdx.x] = acc;
   }
@@ -301,19 +275,9 @@ struct ScaleOp {
     if (coef >= 1.0) return;  // min(1, coef) with NaN propagating: a factor of 1 changes nothing
     const dacc_t<T> a = load_acc(store_as<T>(coef));
     T* x = static_cast<T*>(tab.ptr[0][r.t]);
-    for (int64_t base = r.begin; base < r.end; base += static_cast<int64_t>(blockDim.x) * kILP) {
-      T rx[kILP];
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = ilp_index(base, k);
-        if (i < r.end) rx[k] = x[i];
-      }
-#pragma unroll
-      for (int k = 0; k < kILP; ++k) {
-        const int64_t i = ilp_index(base, k);
-        if (i < r.end) x[i] = store_as<T>(load_acc(rx[k]) * a);
-      }
-    }
+    T rx[kILP];
+    mt::for_each_ilp(
+        r, [&](int k, int64_t i) { rx[k] = x[i]; }, [&](int k, int64_t i) { x[i] = store_as<T>(load_acc(rx[k]) * a); });
   }
 };
 

@@ -8,9 +8,8 @@
 
 namespace kiln::cuda {
 
-Tensor softmax(const Tensor& x, int64_t dim);
-Tensor log_softmax(const Tensor& x, int64_t dim);
-Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim);
-Tensor log_softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim);
+// log = true: log_softmax and its backward.
+Tensor softmax(const Tensor& x, int64_t dim, bool log);
+Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim, bool log);
 
 }  // namespace kiln::cuda
