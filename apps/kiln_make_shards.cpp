@@ -44,34 +44,6 @@ int64_t write_split(const fs::path& dir, const std::string& split, int64_t count
   return shards;
 }
 
-// --text files as given, then every regular file under each --dir (recursively, sorted by path,
-// hidden files and folders skipped).
-std::vector<std::string> input_files(const std::vector<std::string>& texts, const std::vector<std::string>& dirs) {
-  std::vector<std::string> files = texts;
-  for (const auto& d : dirs) {
-    std::vector<std::string> found;
-    for (auto it = fs::recursive_directory_iterator(d); it != fs::recursive_directory_iterator(); ++it) {
-      if (it->path().filename().string().rfind('.', 0) == 0) {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
-      }
-      if (it->is_regular_file()) found.push_back(it->path().string());
-    }
-    KILN_CHECK(!found.empty(), "--dir ", d, " holds no files");
-    std::sort(found.begin(), found.end());
-    files.insert(files.end(), found.begin(), found.end());
-  }
-  return files;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), "cannot open ", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Entropy in nats/token of the tokens' own unigram distribution: the loss of the best model that
 // ignores context (and sees the answer's counts), so a model below it has learned context.
 double unigram_entropy(std::span<const uint16_t> tokens) {
@@ -82,43 +54,6 @@ double unigram_entropy(std::span<const uint16_t> tokens) {
   for (int64_t c : counts)
     if (c > 0) h -= double(c) / n * std::log(double(c) / n);
   return h;
-}
-
-// Note [Documents in GPT-2 shards]
-// As llm.c's fineweb.py: every document starts with <|endoftext|> (50256), so a shard begins with
-// one and each boundary is marked. A file is one document, and "<|endoftext|>" written in a file
-// also separates documents there (one big text file can hold many). Documents are encoded on all
-// threads, a batch of files (~16 MB of text) at a time.
-std::vector<uint16_t> gpt2_tokens(const std::vector<std::string>& files, const Gpt2Tokenizer& tok, int threads) {
-  std::vector<uint16_t> tokens;
-  const auto start = std::chrono::steady_clock::now();
-  size_t done_bytes = 0, docs_total = 0;
-  for (size_t f = 0; f < files.size();) {
-    std::vector<std::string> texts;
-    size_t batch_bytes = 0;
-    for (; f < files.size() && batch_bytes < (16u << 20); ++f) {
-      texts.push_back(read_file(files[f]));
-      batch_bytes += texts.back().size();
-    }
-    std::vector<std::string_view> docs;
-    for (const auto& t : texts) {
-      std::string_view rest(t);
-      for (size_t at; (at = rest.find(kEndOfTextString)) != std::string_view::npos; rest.remove_prefix(at + kEndOfTextString.size()))
-        if (at > 0) docs.push_back(rest.substr(0, at));
-      if (!rest.empty()) docs.push_back(rest);
-    }
-    for (const auto& ids : tok.encode_batch(docs, threads)) {
-      tokens.push_back(uint16_t(kGpt2EndOfText));
-      tokens.insert(tokens.end(), ids.begin(), ids.end());  // ids < 50257 fit uint16
-    }
-    docs_total += docs.size();
-    done_bytes += batch_bytes;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("kiln-make-shards: tokenized %zu/%zu files (%zu documents, %.1f MB) -> %zu tokens, %.2f MB/s\n", f,
-                files.size(), docs_total, double(done_bytes) / 1e6, tokens.size(), double(done_bytes) / 1e6 / secs);
-    std::fflush(stdout);
-  }
-  return tokens;
 }
 
 }  // namespace
@@ -183,9 +118,14 @@ int main(int argc, char** argv) {
       corpus.emplace(SyntheticCorpusOptions().vocab_size(vocab).lags(lags).noise(noise).seed(seed));
       source = [&](int64_t n) { return corpus->generate(n); };
     } else {
-      files = input_files(texts, dirs);
+      files = list_text_files(texts, dirs);
       if (tokenizer == "gpt2") {
-        held = gpt2_tokens(files, Gpt2Tokenizer::load(tokenizer_dir), threads);
+        held = encode_gpt2_documents(files, Gpt2Tokenizer::load(tokenizer_dir), threads, [](const DocumentProgress& p) {
+          std::printf("kiln-make-shards: tokenized %zu/%zu files (%zu documents, %.1f MB) -> %zu tokens, %.2f MB/s\n",
+                      p.files_done, p.files_total, p.documents, double(p.bytes) / 1e6, p.tokens,
+                      double(p.bytes) / 1e6 / p.seconds);
+          std::fflush(stdout);
+        });
         tokens = int64_t(held.size());
         source = [&held, pos = int64_t(0)](int64_t n) mutable {
           std::vector<uint16_t> part(held.begin() + pos, held.begin() + pos + n);

@@ -10,5 +10,6 @@
 #include <kiln/data/gpt2_tokenizer.h>
 #include <kiln/data/sampler.h>
 #include <kiln/data/synthetic_corpus.h>
+#include <kiln/data/text_documents.h>
 #include <kiln/data/token_loader.h>
 #include <kiln/data/token_shard.h>

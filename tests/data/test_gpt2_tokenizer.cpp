@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "parallel/temp_dir.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -116,4 +117,24 @@ TEST_CASE("decode(encode(x)) == x on random bytes, invalid UTF-8 included") {
   std::string word;
   for (int i = 0; i < 20000; ++i) word += char('a' + rng() % 26);
   CHECK(t.decode(t.encode(word)) == word);
+}
+
+TEST_CASE("encode_gpt2_documents: <|endoftext|> before every document, in files and between them") {
+  const auto& t = tokenizer();
+  test::TempDir dir("kiln_docs");
+  const std::string a = dir.path + "/a.txt", b = dir.path + "/b.txt";
+  std::ofstream(a, std::ios::binary) << "Hello world<|endoftext|><|endoftext|> second";
+  std::ofstream(b, std::ios::binary) << "third doc\n";
+  std::vector<DocumentProgress> seen;
+  const std::vector<uint16_t> got = encode_gpt2_documents({a, b}, t, 2, [&](const DocumentProgress& p) { seen.push_back(p); });
+  std::vector<uint16_t> want;
+  for (const char* doc : {"Hello world", " second", "third doc\n"}) {  // the empty piece between the markers is dropped
+    want.push_back(uint16_t(kGpt2EndOfText));
+    for (uint32_t id : t.encode(doc)) want.push_back(uint16_t(id));
+  }
+  CHECK(got == want);
+  REQUIRE(seen.size() == 1);  // both files fit one batch
+  CHECK(seen[0].files_done == 2);
+  CHECK(seen[0].documents == 3);
+  CHECK(seen[0].tokens == got.size());
 }
