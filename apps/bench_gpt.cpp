@@ -32,6 +32,7 @@
 #include "gpt/bench_sharding.h"
 #include "gpt/bench_sides.h"
 #include "gpt/bench_step.h"
+#include "gpt/bench_tables.h"
 #include "gpt/mfu.h"
 
 #ifndef KILN_BENCH_GPT_PY
@@ -58,30 +59,6 @@ struct Args {
   apps::ProfileFlags profile;
 };
 
-// --profile-overhead's table: the step without and with a recording session, and the off bound.
-void print_profile_overhead(const std::string& name, const std::string& bt, const apps::StepTiming& off,
-                            const apps::StepTiming& on, double range_ns) {
-  if (!off.ok() || !on.ok()) {
-    std::printf("%-10s %12s %s\n", name.c_str(), bt.c_str(), (!off.ok() ? off.error : on.error).c_str());
-    return;
-  }
-  std::vector<double> ratios;
-  for (size_t i = 0; i < off.step_seconds.size() && i < on.step_seconds.size(); ++i)
-    ratios.push_back(on.step_seconds[i] / off.step_seconds[i]);
-  std::sort(ratios.begin(), ratios.end());
-  const double on_overhead = ratios[ratios.size() / 2] - 1.0;
-  const double off_bound = double(on.events_per_step) * range_ns * 1e-9 / off.seconds;
-  std::printf("%-10s %12s %10.2f %10.2f %+9.2f%% %9lld %11.2f %11.4f%%  %s\n", name.c_str(), bt.c_str(),
-              off.seconds * 1e3, on.seconds * 1e3, 100 * on_overhead, (long long)on.events_per_step, range_ns,
-              100 * off_bound, off_bound <= kProfilerOffGoal ? "met" : "NOT met");
-}
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", double(bytes) / double(int64_t(1) << 30));
-  return buf;
-}
-
 // --sharding: each mode on a.world forked CPU ranks, DDP (none) first as the reference row.
 int run_sharding(const Args& a) {
   KILN_CHECK(a.device == "cpu", "--sharding runs forked CPU ranks (Gloo); GPU rows need one process per GPU "
@@ -100,21 +77,7 @@ int run_sharding(const Args& a) {
               "each); median of %d steps after %d warm-up\n", bc.name.c_str(), (long long)o.batch, (long long)o.seq,
               o.amp == DType::bf16 ? "bf16 autocast" : "f32", o.world, o.threads_per_rank, o.steps, o.warmup);
   std::fflush(stdout);
-  const auto rows = apps::time_sharding_modes(o, modes);
-  double ddp_seconds = 0;
-  for (const auto& r : rows)
-    if (r.mode == dist::Sharding::none && r.error.empty()) ddp_seconds = r.seconds;
-  std::printf("%-8s %10s %10s %14s\n", "mode", "ms/step", "vs DDP", "bytes/param");
-  for (const auto& r : rows) {
-    if (!r.error.empty()) {
-      std::printf("%-8s %s\n", dist::sharding_name(r.mode), r.error.c_str());
-      continue;
-    }
-    char ratio[32] = "-";
-    if (ddp_seconds > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.seconds / ddp_seconds);
-    std::printf("%-8s %10.2f %10s %14.2f\n", dist::sharding_name(r.mode), r.seconds * 1e3, ratio, r.bytes_per_param);
-  }
-  std::printf("(bytes/param: rank 0's CPU allocator, live bytes after a step above the pre-model baseline)\n");
+  apps::print_sharding_table(apps::time_sharding_modes(o, modes));
   return 0;
 }
 
@@ -166,12 +129,7 @@ int run(Args a) {
                 group->backend().c_str(), a.bucket_view ? "true" : "false");
   std::fflush(stdout);
 
-  struct Row {
-    apps::BenchConfig bc;
-    int64_t b, t;
-    std::vector<apps::Side> sides;
-  };
-  std::vector<Row> rows;
+  std::vector<apps::BenchRow> rows;
   std::string torch_info;
   for (const apps::BenchConfig& bc : configs) {
     const models::GPTConfig& c = bc.config;
@@ -192,14 +150,13 @@ int run(Args a) {
       apps::BenchStepOptions on = o;
       on.profile_each_step = true;
       std::vector<apps::StepTiming> timed = apps::time_kiln_steps({o, on});
-      if (rows.empty())
-        std::printf("%-10s %12s %10s %10s %10s %9s %11s %12s  %s\n", "config", "B x T", "off ms", "on ms",
-                    "on cost", "hooks", "ns/hook off", "off bound", "goal <= 1%");
-      print_profile_overhead(bc.name, std::to_string(b) + " x " + std::to_string(t), timed[0], timed[1], range_ns);
-      rows.push_back(Row{bc, b, t, {}});
+      if (rows.empty()) apps::print_profile_overhead_header();
+      apps::print_profile_overhead_row(bc.name, std::to_string(b) + " x " + std::to_string(t), timed[0], timed[1],
+                                       range_ns, kProfilerOffGoal);
+      rows.push_back(apps::BenchRow{bc, b, t, {}});
       continue;
     }
-    Row row{bc, b, t, {apps::Side{"kiln"}}};
+    apps::BenchRow row{bc, b, t, {apps::Side{"kiln"}}};
     if (a.ddp_overhead) row.sides.push_back(apps::Side{"kiln + DDP"});
     else if (!a.no_torch)
       for (const std::string& m : a.torch_modes) row.sides.push_back(apps::Side{"torch " + m});
@@ -237,49 +194,8 @@ int run(Args a) {
     return 0;
   }
   if (!a.ddp_overhead && !a.no_torch) std::printf("PyTorch %s\n", torch_info.empty() ? "(no result)" : torch_info.c_str());
-  if (a.ddp_overhead) {
-    std::printf("%-10s %12s %12s %12s %10s  %s\n", "config", "B x T", "no DDP ms", "DDP ms", "overhead",
-                "goal <= 3%");
-    for (const Row& r : rows) {
-      const apps::Side &plain = r.sides[0], &ddp = r.sides[1];
-      const std::string bt = std::to_string(r.b) + " x " + std::to_string(r.t);
-      if (!plain.ran || !ddp.ran) {
-        std::printf("%-10s %12s %s\n", r.bc.name.c_str(), bt.c_str(),
-                    (!plain.ran ? "no DDP: " + plain.error : "DDP: " + ddp.error).c_str());
-        continue;
-      }
-      // Step i with DDP ran right next to step i without: the median of their ratios is robust
-      // to a load that changes over the run.
-      std::vector<double> ratios;
-      for (size_t i = 0; i < plain.step_seconds.size() && i < ddp.step_seconds.size(); ++i)
-        ratios.push_back(ddp.step_seconds[i] / plain.step_seconds[i]);
-      std::sort(ratios.begin(), ratios.end());
-      const double overhead = ratios[ratios.size() / 2] - 1.0;
-      std::printf("%-10s %12s %12.2f %12.2f %+9.2f%%  %s\n", r.bc.name.c_str(), bt.c_str(), plain.seconds * 1e3,
-                  ddp.seconds * 1e3, 100 * overhead, overhead <= kDdpOverheadGoal ? "met" : "NOT met");
-    }
-    std::printf("(ms: median step; overhead: median over i of DDP step i / no-DDP step i, which ran side by side)\n");
-    return 0;
-  }
-  std::printf("%-10s %12s %-14s %10s %12s %7s %9s %10s\n", "config", "B x T", "side", "ms/step", "tok/s", "MFU",
-              "peak GiB", "kiln/this");
-  for (const Row& r : rows) {
-    const std::string bt = std::to_string(r.b) + " x " + std::to_string(r.t);
-    const double flops_tok = apps::flops_per_token(r.bc.config, r.t);
-    const apps::Side& kiln = r.sides[0];
-    for (const apps::Side& s : r.sides) {
-      if (!s.ran) {
-        std::printf("%-10s %12s %-14s %s\n", r.bc.name.c_str(), bt.c_str(), s.name.c_str(), s.error.c_str());
-        continue;
-      }
-      const double tok_s = double(r.b * r.t) / s.seconds;
-      char ratio[32] = "-";
-      if (&s != &kiln && kiln.ran) std::snprintf(ratio, sizeof ratio, "%.2fx", kiln.seconds / s.seconds);
-      std::printf("%-10s %12s %-14s %10.2f %12.0f %6.1f%% %9s %10s\n", r.bc.name.c_str(), bt.c_str(), s.name.c_str(),
-                  s.seconds * 1e3, tok_s, 100 * tok_s * flops_tok / peak, cuda ? gib(s.peak_bytes).c_str() : "-",
-                  ratio);
-    }
-  }
+  if (a.ddp_overhead) apps::print_ddp_overhead_table(rows, kDdpOverheadGoal);
+  else apps::print_sides_table(rows, peak, cuda);
   return 0;
 }
 
