@@ -56,6 +56,36 @@ Tensor accumulate_planes(const char* op, const Tensor& grad_out, const Shape& in
   return gx;
 }
 
+// The 2x2 stride-2 window without padding (the CIFAR CNN's pool), f32: the general loop below with
+// its bounds and tap arithmetic unrolled. Same rule for the winner: the first maximum in row-major
+// window order, a NaN over any number, the last NaN over an earlier one.
+void max_pool2x2(const float* in, const Planes& p, const PoolWindow& win, float* out, int64_t* idx) {
+  for_each_plane(p.count, win.oh * win.ow * 4, [&](int64_t plane) {
+    const float* xp = in + plane * p.h * p.w;
+    float* yp = out + plane * win.oh * win.ow;
+    int64_t* ip = idx + plane * win.oh * win.ow;
+    for (int64_t oy = 0; oy < win.oh; ++oy) {
+      const float* r0 = xp + 2 * oy * p.w;
+      const float* r1 = r0 + p.w;
+      for (int64_t ox = 0; ox < win.ow; ++ox) {
+        const int64_t i0 = 2 * oy * p.w + 2 * ox;
+        float best = r0[2 * ox];
+        int64_t at = i0;
+        const float b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+        if (b > best || b != b) best = b, at = i0 + 1;
+        if (c > best || c != c) best = c, at = i0 + p.w;
+        if (d > best || d != d) best = d, at = i0 + p.w + 1;
+        yp[oy * win.ow + ox] = best;
+        ip[oy * win.ow + ox] = at;
+      }
+    }
+  });
+}
+
+bool is_2x2_stride_2(const PoolWindow& w) {
+  return w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1;
+}
+
 }  // namespace
 
 ops::MaxPool2dResult max_pool2d(const Tensor& x, const PoolWindow& win) {
@@ -63,6 +93,10 @@ ops::MaxPool2dResult max_pool2d(const Tensor& x, const PoolWindow& win) {
   const Tensor xc = x.contiguous();
   ops::MaxPool2dResult r{empty(with_plane(x.shape(), win.oh, win.ow), x.dtype()),
                          empty(with_plane(x.shape(), win.oh, win.ow), DType::i64)};
+  if (x.dtype() == DType::f32 && is_2x2_stride_2(win) && p.h >= 2 * win.oh && p.w >= 2 * win.ow) {
+    max_pool2x2(xc.data<float>(), p, win, r.out.data<float>(), r.indices.data<int64_t>());
+    return r;
+  }
   dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
     using A = acc_t<T>;
     const T* in = xc.data<T>();     // (planes, H, W)
