@@ -72,9 +72,16 @@ void max_pool2x2(const float* in, const Planes& p, const PoolWindow& win, float*
         float best = r0[2 * ox];
         int64_t at = i0;
         const float b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
-        if (b > best || b != b) best = b, at = i0 + 1;
-        if (c > best || c != c) best = c, at = i0 + p.w;
-        if (d > best || d != d) best = d, at = i0 + p.w + 1;
+        // Selects, not branches: on random data a branch mispredicts half the time.
+        const bool tb = b > best || b != b;
+        best = tb ? b : best;
+        at = tb ? i0 + 1 : at;
+        const bool tc = c > best || c != c;
+        best = tc ? c : best;
+        at = tc ? i0 + p.w : at;
+        const bool td = d > best || d != d;
+        best = td ? d : best;
+        at = td ? i0 + p.w + 1 : at;
         yp[oy * win.ow + ox] = best;
         ip[oy * win.ow + ox] = at;
       }
