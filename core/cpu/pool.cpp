@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -48,9 +49,15 @@ Tensor accumulate_planes(const char* op, const Tensor& grad_out, const Shape& in
     T* out = gx.data<T>();
     const int64_t n_in = p.h * p.w;
     for_each_plane(p.count, work, [&](int64_t plane) {
-      std::vector<A> acc(n_in, A(0));
-      add(g, plane, acc);
-      for (int64_t i = 0; i < n_in; ++i) out[plane * n_in + i] = static_cast<T>(acc[i]);
+      if constexpr (std::is_same_v<A, T>) {  // accumulate in place: no buffer, no copy
+        std::span<T> acc(out + plane * n_in, static_cast<size_t>(n_in));
+        std::fill(acc.begin(), acc.end(), T(0));
+        add(g, plane, acc);
+      } else {
+        std::vector<A> acc(n_in, A(0));
+        add(g, plane, acc);
+        for (int64_t i = 0; i < n_in; ++i) out[plane * n_in + i] = static_cast<T>(acc[i]);
+      }
     });
   });
   return gx;
@@ -67,23 +74,26 @@ void max_pool2x2(const float* in, const Planes& p, const PoolWindow& win, float*
     for (int64_t oy = 0; oy < win.oh; ++oy) {
       const float* r0 = xp + 2 * oy * p.w;
       const float* r1 = r0 + p.w;
+      const int64_t row0 = 2 * oy * p.w;
+      float* yr = yp + oy * win.ow;
+      int64_t* ir = ip + oy * win.ow;
+      // Selects on a 2-bit tap code, not branches (they mispredict on random data), so the loop
+      // vectorizes; the tap becomes the plane index at the end.
       for (int64_t ox = 0; ox < win.ow; ++ox) {
-        const int64_t i0 = 2 * oy * p.w + 2 * ox;
-        float best = r0[2 * ox];
-        int64_t at = i0;
-        const float b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
-        // Selects, not branches: on random data a branch mispredicts half the time.
-        const bool tb = b > best || b != b;
+        const float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+        float best = a;
+        int32_t tap = 0;
+        const bool tb = (b > best) | (b != b);
         best = tb ? b : best;
-        at = tb ? i0 + 1 : at;
-        const bool tc = c > best || c != c;
+        tap = tb ? 1 : tap;
+        const bool tc = (c > best) | (c != c);
         best = tc ? c : best;
-        at = tc ? i0 + p.w : at;
-        const bool td = d > best || d != d;
+        tap = tc ? 2 : tap;
+        const bool td = (d > best) | (d != d);
         best = td ? d : best;
-        at = td ? i0 + p.w + 1 : at;
-        yp[oy * win.ow + ox] = best;
-        ip[oy * win.ow + ox] = at;
+        tap = td ? 3 : tap;
+        yr[ox] = best;
+        ir[ox] = row0 + 2 * ox + (tap & 1) + (tap >> 1) * p.w;
       }
     }
   });
