@@ -7,6 +7,8 @@ set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libeigen3-dev doctest-dev libgloo-dev libcli11-dev nlohmann-json3-dev
+      libdnnl-dev ocl-icd-opencl-dev  # oneDNN 2.6 (its CMake package needs OpenCL): CPU convolutions
+                                      # and f32 GEMM; cmake -DKILN_ONEDNN=OFF builds without
       python3 python3-torch
       clang libclang-rt-dev libomp-dev)  # sanitizer and fuzz builds (scripts/sanitize.sh, fuzz.sh)
 

@@ -14,8 +14,12 @@
 #include <vector>
 
 #include <kiln/core/cpu/compute.h>
+#include <kiln/core/cpu/onednn/switch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
+#if KILN_WITH_ONEDNN
+#include <kiln/core/cpu/onednn/conv.h>
+#endif
 
 namespace kiln::cpu {
 
@@ -175,7 +179,21 @@ Tensor in_compute_dtype(const Tensor& a, const Tensor& b, const Shape& out_shape
 
 }  // namespace
 
+// Note [oneDNN convolutions]
+// With onednn_enabled(), f32 and 16-bit convolutions run in oneDNN (core/cpu/onednn/conv.h) and f64
+// stays here (oneDNN has no f64). oneDNN splits its work by thread count, so its results may differ
+// in the last bits between thread counts (same count, same bits); the kernels below do not.
+#if KILN_WITH_ONEDNN
+namespace {
+bool use_onednn(const Tensor& t) { return onednn_enabled() && t.dtype() != DType::f64; }
+}  // namespace
+#endif
+
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShapes& s) {
+#if KILN_WITH_ONEDNN
+  if (use_onednn(x))
+    if (auto y = onednn::conv2d(x, weight, bias, s)) return *y;
+#endif
   const DType ct = compute_dtype(x.dtype());
   const Tensor xc = x.to(ct).contiguous(), wc = weight.to(ct).contiguous();
   const Tensor bc = bias.defined() ? bias.to(ct).contiguous() : Tensor();
@@ -188,6 +206,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& input_shape,
                              const ConvShapes& s) {
+#if KILN_WITH_ONEDNN
+  if (use_onednn(grad_out))
+    if (auto gx = onednn::conv2d_backward_input(grad_out, weight, input_shape, s)) return *gx;
+#endif
   return in_compute_dtype(grad_out, weight, input_shape, [&]<class T>(const T* gy, const T* w, T* gx) {
     conv_backward_input<T>(gy, w, gx, s);
   });
@@ -195,6 +217,10 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const ConvShapes& s) {
+#if KILN_WITH_ONEDNN
+  if (use_onednn(grad_out))
+    if (auto gw = onednn::conv2d_backward_weight(grad_out, x, weight_shape, s)) return *gw;
+#endif
   return in_compute_dtype(grad_out, x, weight_shape, [&]<class T>(const T* gy, const T* xp, T* gw) {
     conv_backward_weight<T>(gy, xp, gw, s);
   });

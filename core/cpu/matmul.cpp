@@ -12,12 +12,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <kiln/core/cpu/compute.h>
+#include <kiln/core/cpu/onednn/switch.h>
 #include <kiln/core/cuda/plan/gemm_plan.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
+#if KILN_WITH_ONEDNN
+#include <kiln/core/cpu/onednn/gemm.h>
+#endif
 
 namespace kiln::cpu {
 
@@ -33,6 +38,8 @@ using Eigen::Dynamic;
 // iteration, so results do not depend on the thread count. A single big product is split into
 // row blocks (column blocks when it has few rows), one fork-join per product; each block is its
 // own Eigen GEMM, so results depend on the thread count only as far as Eigen's blocking does.
+// With oneDNN (core/cpu/onednn/gemm.h) f32 products go to its sgemm instead: a single big product
+// is one sgemm threaded by oneDNN, batches are split as above with one single-threaded sgemm each.
 constexpr double kSmallGemmWork = 128.0 * 128.0 * 128.0;  // M*N*K below which the batch is split
 
 // How Eigen sees one (rows, cols) operand: row-major (unit stride along a row) or column-major
@@ -79,6 +86,15 @@ void with_eigen_map(const T* p, const MatLayout& l, F&& f) {
 // c (la.rows, lb.cols), row-major with row stride ldc: c = a @ b, or c += a @ b when accumulating.
 template <class T>
 void gemm(const T* a, const MatLayout& la, const T* b, const MatLayout& lb, T* c, int64_t ldc, bool accumulate) {
+#if KILN_WITH_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn_enabled()) {  // a column-major operand is the transpose of a row-major one
+      onednn::sgemm(la.rows, lb.cols, la.cols, a, !la.row_major, la.outer, b, !lb.row_major, lb.outer, c, ldc,
+                    accumulate);
+      return;
+    }
+  }
+#endif
   Eigen::Map<Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>> C(
       c, la.rows, lb.cols, Eigen::OuterStride<>(ldc));
   with_eigen_map(a, la, [&](const auto& A) {
@@ -106,7 +122,9 @@ template <class T>
 void threaded_gemm(const T* a, const MatLayout& la, const T* b, const MatLayout& lb, T* c, bool accumulate) {
   const int64_t m = la.rows, n = lb.cols, threads = num_threads();
   const double work = double(m) * double(n) * double(la.cols);
-  if (threads <= 1 || work < kSmallGemmWork) {
+  // oneDNN's sgemm threads one product itself (Note [oneDNN threads]).
+  const bool threads_itself = std::is_same_v<T, float> && onednn_enabled();
+  if (threads <= 1 || work < kSmallGemmWork || threads_itself) {
     gemm<T>(a, la, b, lb, c, n, accumulate);
     return;
   }

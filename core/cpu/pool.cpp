@@ -5,9 +5,13 @@
 #include <kiln/core/cpu/pool.h>
 
 #include <algorithm>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -48,12 +52,89 @@ Tensor accumulate_planes(const char* op, const Tensor& grad_out, const Shape& in
     T* out = gx.data<T>();
     const int64_t n_in = p.h * p.w;
     for_each_plane(p.count, work, [&](int64_t plane) {
-      std::vector<A> acc(n_in, A(0));
-      add(g, plane, acc);
-      for (int64_t i = 0; i < n_in; ++i) out[plane * n_in + i] = static_cast<T>(acc[i]);
+      if constexpr (std::is_same_v<A, T>) {  // accumulate in place: no buffer, no copy
+        std::span<T> acc(out + plane * n_in, static_cast<size_t>(n_in));
+        std::fill(acc.begin(), acc.end(), T(0));
+        add(g, plane, acc);
+      } else {
+        std::vector<A> acc(n_in, A(0));
+        add(g, plane, acc);
+        for (int64_t i = 0; i < n_in; ++i) out[plane * n_in + i] = static_cast<T>(acc[i]);
+      }
     });
   });
   return gx;
+}
+
+// One output row of the 2x2 stride-2 max pool: out[ox] = max of r0[2ox], r0[2ox+1], r1[2ox], r1[2ox+1]
+// and idx[ox] its index in the plane (row0 + 2ox, + 1 for the right column, + w for the lower
+// row). The first maximum in window order wins, a NaN beats any number, a later NaN an earlier one
+// (the general loop's rule). Selects on a 2-bit tap code, no branches: they mispredict on real data.
+inline void max_pool2x2_row(const float* r0, const float* r1, int64_t ow, int64_t w, int64_t row0, float* out,
+                            int64_t* idx) {
+  int64_t ox = 0;
+#if defined(__AVX512F__)
+  // 16 outputs at a time: even/odd columns split by a permute, the taps chosen by compare masks.
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), three = _mm512_set1_epi32(3);
+  const __m512i wv = _mm512_set1_epi32(static_cast<int32_t>(w));
+  for (; ox + 16 <= ow; ox += 16) {
+    const __m512 t0 = _mm512_loadu_ps(r0 + 2 * ox), t1 = _mm512_loadu_ps(r0 + 2 * ox + 16);
+    const __m512 u0 = _mm512_loadu_ps(r1 + 2 * ox), u1 = _mm512_loadu_ps(r1 + 2 * ox + 16);
+    const __m512 a = _mm512_permutex2var_ps(t0, even, t1), b = _mm512_permutex2var_ps(t0, odd, t1);
+    const __m512 c = _mm512_permutex2var_ps(u0, even, u1), d = _mm512_permutex2var_ps(u0, odd, u1);
+    __m512 best = a;
+    __m512i tap = _mm512_setzero_si512();
+    __mmask16 m = _mm512_cmp_ps_mask(b, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+    best = _mm512_mask_mov_ps(best, m, b);
+    tap = _mm512_mask_mov_epi32(tap, m, one);
+    m = _mm512_cmp_ps_mask(c, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q);
+    best = _mm512_mask_mov_ps(best, m, c);
+    tap = _mm512_mask_mov_epi32(tap, m, two);
+    m = _mm512_cmp_ps_mask(d, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
+    best = _mm512_mask_mov_ps(best, m, d);
+    tap = _mm512_mask_mov_epi32(tap, m, three);
+    _mm512_storeu_ps(out + ox, best);
+    // offset within the row pair: 2*lane + (tap & 1) + (tap >> 1) * w (fits int32: checked by the caller)
+    const __m512i off = _mm512_add_epi32(_mm512_add_epi32(even, _mm512_and_si512(tap, one)),
+                                         _mm512_mullo_epi32(_mm512_srli_epi32(tap, 1), wv));
+    const __m512i base = _mm512_set1_epi64(row0 + 2 * ox);
+    _mm512_storeu_si512(idx + ox, _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(off))));
+    _mm512_storeu_si512(idx + ox + 8, _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(off, 1))));
+  }
+#endif
+  for (; ox < ow; ++ox) {
+    const float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+    float best = a;
+    int32_t tap = 0;
+    const bool tb = (b > best) | (b != b);
+    best = tb ? b : best;
+    tap = tb ? 1 : tap;
+    const bool tc = (c > best) | (c != c);
+    best = tc ? c : best;
+    tap = tc ? 2 : tap;
+    const bool td = (d > best) | (d != d);
+    best = td ? d : best;
+    tap = td ? 3 : tap;
+    out[ox] = best;
+    idx[ox] = row0 + 2 * ox + (tap & 1) + (tap >> 1) * w;
+  }
+}
+
+// The 2x2 stride-2 window without padding (the CIFAR CNN's pool), f32, one row at a time.
+void max_pool2x2(const float* in, const Planes& p, const PoolWindow& win, float* out, int64_t* idx) {
+  const int64_t h = p.h, w = p.w, oh = win.oh, ow = win.ow;
+  for_each_plane(p.count, oh * ow * 4, [=](int64_t plane) {
+    const float* xp = in + plane * h * w;
+    for (int64_t oy = 0; oy < oh; ++oy)
+      max_pool2x2_row(xp + 2 * oy * w, xp + (2 * oy + 1) * w, ow, w, 2 * oy * w, out + (plane * oh + oy) * ow,
+                      idx + (plane * oh + oy) * ow);
+  });
+}
+
+bool is_2x2_stride_2(const PoolWindow& w) {
+  return w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1;
 }
 
 }  // namespace
@@ -63,6 +144,10 @@ ops::MaxPool2dResult max_pool2d(const Tensor& x, const PoolWindow& win) {
   const Tensor xc = x.contiguous();
   ops::MaxPool2dResult r{empty(with_plane(x.shape(), win.oh, win.ow), x.dtype()),
                          empty(with_plane(x.shape(), win.oh, win.ow), DType::i64)};
+  if (x.dtype() == DType::f32 && is_2x2_stride_2(win) && p.h * p.w < (int64_t{1} << 31)) {
+    max_pool2x2(xc.data<float>(), p, win, r.out.data<float>(), r.indices.data<int64_t>());
+    return r;
+  }
   dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
     using A = acc_t<T>;
     const T* in = xc.data<T>();     // (planes, H, W)

@@ -112,7 +112,8 @@ TEST_CASE("max_pool2d and its backward match the loop reference") {
   const std::pair<Pool, Shape> cases[] = {
       {{2, 2, 2, 2, 0, 0, 1, 1}, {2, 3, 8, 8}},  {{3, 3, 2, 2, 1, 1, 1, 1}, {2, 3, 7, 9}},
       {{3, 2, 1, 2, 1, 0, 2, 1}, {1, 2, 9, 7}},  {{2, 3, 3, 1, 1, 1, 1, 2}, {3, 33, 7}},
-      {{1, 1, 1, 1, 0, 0, 1, 1}, {1, 1, 5, 4}},
+      {{1, 1, 1, 1, 0, 0, 1, 1}, {1, 1, 5, 4}},  {{2, 2, 2, 2, 0, 0, 1, 1}, {2, 3, 7, 9}},  // odd: last row/column unused
+      {{2, 2, 2, 2, 0, 0, 1, 1}, {2, 3, 6, 42}},  // 21 outputs a row: 16 at once (AVX-512) and a tail
   };
   uint64_t seed = 1;
   for (DType dt : kFloating)
@@ -152,6 +153,25 @@ TEST_CASE("max_pool2d: default stride, strided input, NaN windows") {
   CHECK(!std::isnan(v[2]));
   CHECK(v[3] == 100.0);
   CHECK(i[3] == 15);
+
+  // The same windows in a row of 20 outputs (the 16-wide AVX-512 path of the 2x2 pool).
+  Tensor z = test::random({1, 1, 2, 40}, DType::f32, 9);
+  float* q = z.data<float>();
+  q[40 + 0] = nan;                 // window 0
+  q[3] = nan, q[40 + 2] = nan;     // window 1: the last NaN
+  q[40 + 7] = 100.f;               // window 3
+  q[40 + 39] = nan;                // window 19 (the scalar tail)
+  auto rz = ops::max_pool2d(z, 2);
+  auto vz = test::values(rz.out), iz = test::values(rz.indices);
+  CHECK(std::isnan(vz[0]));
+  CHECK(iz[0] == 40);
+  CHECK(std::isnan(vz[1]));
+  CHECK(iz[1] == 42);
+  CHECK(vz[3] == 100.0);
+  CHECK(iz[3] == 47);
+  CHECK(std::isnan(vz[19]));
+  CHECK(iz[19] == 79);
+  test::check_close(rz.out, reference_max(z, {2, 2, 2, 2, 0, 0, 1, 1}, Tensor()).value, 0, 0, "wide row with NaNs");
 }
 
 TEST_CASE("avg_pool2d and its backward match the loop reference") {

@@ -1,0 +1,47 @@
+// The oneDNN switch (switch.h). Compiled in every build; KILN_WITH_ONEDNN says whether the
+// oneDNN kernels next to it were compiled too.
+#include <kiln/core/cpu/onednn/switch.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include <kiln/core/error.h>
+
+namespace kiln::cpu {
+
+namespace {
+
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> on = [] {
+    if (!onednn_built()) return false;
+    const char* env = std::getenv("KILN_ONEDNN");
+    return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0 || std::strcmp(env, "OFF") == 0));
+  }();
+  return on;
+}
+
+std::atomic<int64_t> calls{0};
+
+}  // namespace
+
+bool onednn_built() {
+#if defined(KILN_WITH_ONEDNN) && KILN_WITH_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool onednn_enabled() { return enabled_flag().load(std::memory_order_relaxed); }
+
+void set_onednn_enabled(bool on) {
+  KILN_CHECK(!on || onednn_built(), "set_onednn_enabled(true): this Kiln was built without oneDNN "
+             "(configure with -DKILN_ONEDNN=ON and libdnnl-dev installed)");
+  enabled_flag().store(on, std::memory_order_relaxed);
+}
+
+int64_t onednn_calls() { return calls.load(std::memory_order_relaxed); }
+void count_onednn_call() { calls.fetch_add(1, std::memory_order_relaxed); }
+
+}  // namespace kiln::cpu
