@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include <kiln/core/arg.h>
@@ -68,13 +69,31 @@ class DistributedDataParallel {
   // Collective. forward() calls it; a caller that runs the module itself must call it first.
   void prepare_forward();
 
-  // prepare_forward(), then the module's own forward with these arguments.
+  // prepare_forward(), then the module's own forward with these arguments; a Tensor or
+  // std::vector<Tensor> result goes to prepare_for_backward.
   template <class M, class... Args>
   decltype(auto) forward(Args&&... args) {
     auto m = module<M>();
     prepare_forward();
-    return m->forward(std::forward<Args>(args)...);
+    using Result = std::decay_t<decltype(m->forward(std::forward<Args>(args)...))>;
+    if constexpr (std::is_same_v<Result, Tensor>) {
+      Tensor out = m->forward(std::forward<Args>(args)...);
+      prepare_for_backward({out});
+      return out;
+    } else if constexpr (std::is_same_v<Result, std::vector<Tensor>>) {
+      std::vector<Tensor> out = m->forward(std::forward<Args>(args)...);
+      prepare_for_backward(out);
+      return out;
+    } else {
+      return m->forward(std::forward<Args>(args)...);
+    }
   }
+
+  // What must happen after every forward (torch's reducer.prepare_for_backward): with
+  // find_unused_parameters, finds the parameters the outputs (or the loss computed from them)
+  // cannot reach, so backward marks them ready at once (Note [Unused parameters], reducer.cpp).
+  // forward() and the Trainer call it; a caller that runs the module itself should too.
+  void prepare_for_backward(const std::vector<Tensor>& outputs) { reducer_->prepare_for_backward(outputs); }
 
   // Completes gradient averaging for the backward just run: a no-op when the last parameter's hook
   // already did, or under no_sync. Call it after backward and before the optimizer step.

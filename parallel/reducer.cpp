@@ -12,6 +12,7 @@
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/join.h>
 #include <kiln/core/profiler/profiler.h>
+#include <kiln/parallel/graph_walk.h>
 
 namespace kiln::dist {
 
@@ -33,6 +34,19 @@ namespace kiln::dist {
 // division happens at launch, on the gradient part of the bucket only (the tail carries integer
 // codes, Note [Bucket order check]); with views it divides .grad in place, which is overwritten
 // by the average anyway.
+//
+// Note [Unused parameters]
+// With find_unused_parameters, a parameter that gets no gradient in a synced backward contributes
+// zeros (or what it accumulated under no_sync), and one that no rank used keeps its .grad. As in
+// torch's reducer, DDP's forward (and the Trainer) hand the outputs to prepare_for_backward, which
+// walks the backward graph from them; the parameters it cannot reach are marked ready when the
+// backward's first gradient arrives, so the buckets holding them launch during backward instead
+// of all waiting for finish(). Without a walk (a caller that ran the module itself) finish() finds
+// them, as before. A parameter the walk missed that still gets a gradient (used only inside a
+// re-entrant checkpoint region, whose graph exists only during backward, or by a second forward)
+// fails loudly, as in torch: use static_graph for that. Whether a parameter was used by some rank
+// travels in the bucket tails (the used counters); the host reads them only when this rank left
+// some parameter unused: if it used them all, every parameter was used by some rank.
 namespace {
 
 std::string join_names(const std::vector<std::string>& names, size_t limit = 10) {
@@ -77,6 +91,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   for (size_t i = 0; i < params_.size(); ++i) reverse[i] = params_.size() - 1 - i;
   build_buckets(reverse);
   ready_.assign(params_.size(), false);
+  marked_unused_.assign(params_.size(), false);
   used_.assign(params_.size(), false);
   rebuild_pending_ = options_.rebuild_buckets_;
   div_factor_ = group_->size();
@@ -203,8 +218,18 @@ void Reducer::on_grad_ready(size_t i) {
   KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
   if (options_.gradient_as_bucket_view_) install_view(i, true);
   used_[i] = true;
-  if (!require_sync_) return;  // no_sync: gradients accumulate in .grad (the views)
-  if (!active_) start_iteration();
+  if (!require_sync_) {  // no_sync: gradients accumulate in .grad (the views)
+    walked_ = false;
+    return;
+  }
+  if (!active_) {
+    start_iteration();
+    mark_walked_unused_ready();
+  }
+  KILN_CHECK_DIST(!marked_unused_[i], "DistributedDataParallel: parameter '", names_[i], "' got a gradient in iteration ",
+                  iteration_, " although the graph walk from the forward's outputs found it unused "
+                  "(find_unused_parameters; Note [Unused parameters]): it is used outside that graph, e.g. "
+                  "inside a re-entrant checkpoint region or by another forward; use static_graph(true) instead");
   KILN_CHECK_DIST(!ready_[i], "DistributedDataParallel: parameter '", names_[i],
                   "' got its gradient twice in iteration ", iteration_,
                   "; run one backward per synced iteration (use no_sync() for the extra ones) and call "
@@ -219,10 +244,43 @@ void Reducer::on_grad_ready(size_t i) {
   if (num_ready_ == params_.size()) finalize(/*from_hook=*/true);
 }
 
+void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
+  if (!options_.find_unused_parameters_) return;
+  const std::vector<bool> reachable = reachable_parameters(outputs, params_);
+  walk_unused_.clear();
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!reachable[i]) walk_unused_.push_back(i);
+  walked_ = true;
+}
+
+void Reducer::mark_walked_unused_ready() {
+  if (!walked_) return;
+  walked_ = false;
+  NoGradGuard no_grad;
+  for (size_t i : walk_unused_) {
+    if (rebuild_pending_) arrival_.push_back(i);
+    marked_unused_[i] = true;
+    mark_unused_ready(i);
+  }
+}
+
+// A parameter without a gradient in this synced backward: what it accumulated under no_sync, else zeros.
+void Reducer::mark_unused_ready(size_t i) {
+  Tensor s = slice_of(i);
+  if (!(used_[i] && params_[i].grad().defined()))
+    s.zero_();
+  else if (!grad_is_view(i)) {
+    s.copy_(params_[i].grad());
+    ++grad_copies_;
+  }
+  mark_ready(i);
+}
+
 void Reducer::start_iteration() {
   active_ = true;
   ++iteration_;
   ready_.assign(params_.size(), false);
+  marked_unused_.assign(params_.size(), false);
   num_ready_ = 0;
   next_launch_ = 0;
   launched_this_iteration_ = 0;
@@ -345,7 +403,12 @@ void Reducer::finalize(bool from_hook) {
       // (find_unused_parameters reads the tails for their used counters anyway.)
       std::vector<std::vector<double>> tails;
       const bool on_cuda = !buckets_.empty() && buckets_.front().flat.device().is_cuda();
-      if (options_.find_unused_parameters_ || order_.read_on_host(iteration_, on_cuda)) {
+      // Note [Unused parameters]: the used counters matter only when this rank left one unused.
+      bool check_used = false;
+      if (options_.find_unused_parameters_)
+        for (bool u : used_) check_used = check_used || !u;
+      used_reads_ += check_used ? 1 : 0;
+      if (check_used || order_.read_on_host(iteration_, on_cuda)) {
         tails = read_tails();
         order_.check(tails, iteration_);
       } else {
@@ -355,7 +418,8 @@ void Reducer::finalize(bool from_hook) {
       }
       const bool one_rank = group_->size() == 1 && !comm_hook_;  // Note [One rank]
       for (size_t b = 0; b < buckets_.size(); ++b) {
-        copy_back(b, tails.empty() ? std::vector<double>() : tails[b], /*grads_current=*/one_rank && from_hook);
+        copy_back(b, tails.empty() ? std::vector<double>() : tails[b], check_used,
+                  /*grads_current=*/one_rank && from_hook);
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -368,13 +432,13 @@ void Reducer::finalize(bool from_hook) {
   if (rebuild_pending_) rebuild_in_arrival_order();
 }
 
-void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool grads_current) {
+void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool check_used, bool grads_current) {
   const Bucket& bucket = buckets_[b];
   const size_t used_at = size_t(order_.slots(bucket_dtype(b)));
   for (size_t k = 0; k < bucket.params.size(); ++k) {
     size_t i = bucket.params[k];
     // No rank used it: leave .grad alone (copy mode; with views it is the zeroed slice).
-    if (options_.find_unused_parameters_ && tail[used_at + k] < 0.5) continue;
+    if (check_used && tail[used_at + k] < 0.5) continue;
     if (options_.gradient_as_bucket_view_) {
       install_view(i, false);  // a locally unused parameter may have no view yet
       continue;
@@ -411,17 +475,7 @@ void Reducer::finish() {
   }
   // find_unused_parameters: the rest contribute what they accumulated under no_sync, else zeros.
   NoGradGuard no_grad;
-  for (size_t i : missing) {
-    Tensor s = slice_of(i);
-    bool has = used_[i] && params_[i].grad().defined();
-    if (!has)
-      s.zero_();
-    else if (!grad_is_view(i)) {
-      s.copy_(params_[i].grad());
-      ++grad_copies_;
-    }
-    mark_ready(i);
-  }
+  for (size_t i : missing) mark_unused_ready(i);
   finalize(/*from_hook=*/false);
 }
 
