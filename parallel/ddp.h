@@ -23,7 +23,13 @@ struct DDPOptions {
   KILN_ARG(bool, gradient_as_bucket_view) = false;  // .grad is a view of its bucket: Note [Bucket views]
   KILN_ARG(bool, find_unused_parameters) = false;   // parameters without a gradient count as zero
   KILN_ARG(bool, broadcast_buffers) = true;         // rank 0's buffers (BatchNorm stats) before each forward
-  KILN_ARG(bool, static_graph) = false;  // the gradient order never changes: keep the initial buckets
+  // The graph is the same every iteration: the first backward records it (unused parameters, bucket
+  // order, parameters that get two gradients, e.g. used inside and outside a re-entrant checkpoint
+  // region); Note [Static graph] (reducer.cpp).
+  KILN_ARG(bool, static_graph) = false;
+  // Kiln's: re-bucket in gradient arrival order after the first synced iteration (torch always
+  // does; false keeps the initial reverse-registration buckets).
+  KILN_ARG(bool, rebuild_buckets) = true;
   KILN_ARG(OrderCheck, order_check) = OrderCheck::automatic;  // Note [Deferred order check] (order_check.cpp)
 };
 

@@ -20,8 +20,9 @@ namespace kiln::dist {
 // gradient viewed as (shape[0], rest)):
 //   1. error feedback: M += E (what compression lost on this rank last time); keep a copy M0;
 //   2. Q (m x r): the last iteration's Q (warm start), else random N(0, 1) from a generator seeded
-//      by (random_seed, bucket, iteration), identical on every rank, then orthogonalized;
-//   3. P = M Q, all-reduced (summed): P = sum_ranks M Q; orthogonalize P's columns;
+//      by (random_seed, bucket, iteration), identical on every rank; either way orthogonalized;
+//   3. P = M Q, all-reduced (summed): P = sum_ranks M Q; orthogonalize P's columns (Gram-Schmidt
+//      for r <= 2, Householder QR above: Note [PowerSGD orthogonalization]);
 //   4. Q = M^T P / W, all-reduced (summed): Q = mean_ranks(M)^T P  (divided before the sum);
 //   5. M = P Q^T = P P^T mean(M): the projection of the average onto P's columns;
 //   6. E = M0 - M (this rank's input minus the shared approximation).

@@ -47,6 +47,16 @@ namespace kiln::dist {
 // fails loudly, as in torch: use static_graph for that. Whether a parameter was used by some rank
 // travels in the bucket tails (the used counters); the host reads them only when this rank left
 // some parameter unused: if it used them all, every parameter was used by some rank.
+//
+// Note [Static graph]
+// static_graph (torch's): the graph is the same every iteration, so the first synced backward
+// records it instead of reducing: how many gradients each parameter gets (a parameter used inside
+// and outside a re-entrant checkpoint region, or by two checkpoint regions, gets two, each
+// accumulated into .grad) and which parameters get none. All its buckets are reduced at finish(),
+// then rebuilt in the recorded order (the last gradient of each parameter; unused ones first).
+// From then on a parameter is ready at its recorded number of gradients, and the unused ones as
+// backward starts, without a graph walk. The used counters travel in the bucket tails, as with
+// find_unused_parameters (a parameter no rank used keeps its .grad).
 namespace {
 
 std::string join_names(const std::vector<std::string>& names, size_t limit = 10) {
@@ -94,6 +104,8 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   marked_unused_.assign(params_.size(), false);
   used_.assign(params_.size(), false);
   rebuild_pending_ = options_.rebuild_buckets_;
+  static_recording_ = options_.static_graph_;
+  hooks_seen_.assign(params_.size(), 0);
   div_factor_ = group_->size();
 }
 
@@ -141,7 +153,7 @@ void Reducer::install_hooks() {
 
 int64_t Reducer::tail_size(size_t b) const {
   int64_t n = order_.slots(bucket_dtype(b));
-  if (options_.find_unused_parameters_) n += static_cast<int64_t>(buckets_[b].params.size());
+  if (tracks_used()) n += static_cast<int64_t>(buckets_[b].params.size());
   return n;
 }
 
@@ -225,7 +237,17 @@ void Reducer::on_grad_ready(size_t i) {
   if (!active_) {
     start_iteration();
     mark_walked_unused_ready();
+    if (options_.static_graph_ && !static_recording_) {  // Note [Static graph]
+      NoGradGuard no_grad;
+      for (size_t u : static_unused_) mark_unused_ready(u);
+    }
   }
+  if (static_recording_) {  // Note [Static graph]: reduced at finish()
+    ++hooks_seen_[i];
+    static_arrival_.push_back(i);
+    return;
+  }
+  if (options_.static_graph_ && --hooks_left_[i] > 0) return;  // more gradients to come
   KILN_CHECK_DIST(!marked_unused_[i], "DistributedDataParallel: parameter '", names_[i], "' got a gradient in iteration ",
                   iteration_, " although the graph walk from the forward's outputs found it unused "
                   "(find_unused_parameters; Note [Unused parameters]): it is used outside that graph, e.g. "
@@ -233,7 +255,8 @@ void Reducer::on_grad_ready(size_t i) {
   KILN_CHECK_DIST(!ready_[i], "DistributedDataParallel: parameter '", names_[i],
                   "' got its gradient twice in iteration ", iteration_,
                   "; run one backward per synced iteration (use no_sync() for the extra ones) and call "
-                  "finish_gradient_synchronization() between iterations");
+                  "finish_gradient_synchronization() between iterations; a parameter used twice per backward "
+                  "(e.g. inside and outside a re-entrant checkpoint region) needs static_graph(true)");
   if (!options_.gradient_as_bucket_view_) {
     NoGradGuard no_grad;
     slice_of(i).copy_(params_[i].grad());
@@ -245,7 +268,7 @@ void Reducer::on_grad_ready(size_t i) {
 }
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
-  if (!options_.find_unused_parameters_) return;
+  if (!options_.find_unused_parameters_ || options_.static_graph_) return;  // static: recorded instead
   const std::vector<bool> reachable = reachable_parameters(outputs, params_);
   walk_unused_.clear();
   for (size_t i = 0; i < params_.size(); ++i)
@@ -281,6 +304,7 @@ void Reducer::start_iteration() {
   ++iteration_;
   ready_.assign(params_.size(), false);
   marked_unused_.assign(params_.size(), false);
+  hooks_left_ = hooks_seen_;
   num_ready_ = 0;
   next_launch_ = 0;
   launched_this_iteration_ = 0;
@@ -309,7 +333,7 @@ void Reducer::launch(size_t b) {
   // counters; one copy from the host (asynchronous on CUDA).
   std::vector<double> values(size_t(tail_size(b)), 0.0);
   order_.write_codes(values, b, iteration_, group_->sequence_number(), bucket_dtype(b));
-  if (options_.find_unused_parameters_)
+  if (tracks_used())
     for (size_t k = 0; k < bucket.params.size(); ++k)
       values[size_t(order_.slots(bucket_dtype(b))) + k] = used_[bucket.params[k]] ? 1.0 : 0.0;
   tail.copy_(host_values(values, tail.device()), /*non_blocking=*/true);
@@ -405,7 +429,7 @@ void Reducer::finalize(bool from_hook) {
       const bool on_cuda = !buckets_.empty() && buckets_.front().flat.device().is_cuda();
       // Note [Unused parameters]: the used counters matter only when this rank left one unused.
       bool check_used = false;
-      if (options_.find_unused_parameters_)
+      if (tracks_used())
         for (bool u : used_) check_used = check_used || !u;
       used_reads_ += check_used ? 1 : 0;
       if (check_used || order_.read_on_host(iteration_, on_cuda)) {
@@ -456,11 +480,12 @@ void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool check_us
 void Reducer::finish() {
   KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
   if (!require_sync_ || !active_) return;  // no_sync, or already finalized by the last hook
+  if (static_recording_) return finish_static_recording();
   std::vector<size_t> missing;
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (size_t i : buckets_[b].params)
       if (!ready_[i]) missing.push_back(i);
-  if (!options_.find_unused_parameters_) {
+  if (!tracks_used()) {
     std::vector<std::string> names;
     for (size_t i = 0; i < params_.size(); ++i)
       if (!ready_[i]) names.push_back(names_[i]);  // registration order
@@ -476,6 +501,27 @@ void Reducer::finish() {
   // find_unused_parameters: the rest contribute what they accumulated under no_sync, else zeros.
   NoGradGuard no_grad;
   for (size_t i : missing) mark_unused_ready(i);
+  finalize(/*from_hook=*/false);
+}
+
+void Reducer::finish_static_recording() {
+  static_recording_ = false;
+  static_unused_.clear();
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (hooks_seen_[i] == 0) static_unused_.push_back(i);
+  // The order parameters become ready from now on: unused ones at once, the others at their last
+  // gradient.
+  std::vector<size_t> last(params_.size(), 0);
+  for (size_t k = 0; k < static_arrival_.size(); ++k) last[static_arrival_[k]] = k + 1;
+  if (rebuild_pending_) {
+    arrival_ = static_unused_;
+    for (size_t k = 0; k < static_arrival_.size(); ++k)
+      if (last[static_arrival_[k]] == k + 1) arrival_.push_back(static_arrival_[k]);
+  }
+  static_arrival_.clear();
+  NoGradGuard no_grad;
+  for (const Bucket& b : buckets_)
+    for (size_t i : b.params) mark_unused_ready(i);  // copies what the used ones accumulated
   finalize(/*from_hook=*/false);
 }
 

@@ -21,6 +21,7 @@ struct ReducerOptions {
   KILN_ARG(size_t, bucket_cap_bytes) = mib_to_bytes(25);
   KILN_ARG(bool, gradient_as_bucket_view) = false;
   KILN_ARG(bool, find_unused_parameters) = false;
+  KILN_ARG(bool, static_graph) = false;  // Note [Static graph]
   KILN_ARG(bool, rebuild_buckets) = true;  // re-bucket in arrival order after the first synced iteration
   KILN_ARG(OrderCheck, order_check) = OrderCheck::automatic;
 };
@@ -108,6 +109,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void mark_ready(size_t i);
   void mark_unused_ready(size_t i);
   void mark_walked_unused_ready();
+  void finish_static_recording();
+  bool tracks_used() const { return options_.find_unused_parameters_ || options_.static_graph_; }
   void launch(size_t b);
   void finalize(bool from_hook);
   Tensor tail_of(size_t b) const;  // the bucket's tail: in the flat tensor, or side_[b] with a comm hook
@@ -146,6 +149,12 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool walked_ = false;
   std::vector<size_t> walk_unused_;
   std::vector<bool> marked_unused_;  // per parameter, this iteration: marked ready by the walk
+  // Note [Static graph]: recording during the first synced backward, then what it recorded.
+  bool static_recording_ = false;
+  std::vector<int> hooks_seen_;      // per parameter: gradients in the recorded backward
+  std::vector<int> hooks_left_;      // per parameter: gradients still to come in this backward
+  std::vector<size_t> static_unused_;
+  std::vector<size_t> static_arrival_;  // the recorded backward's hooks, in order
 
   OrderChecker order_;  // Note [Bucket order check]: the first slots of every tail
 
