@@ -9,8 +9,10 @@
 
 namespace kiln::dist {
 
-std::vector<bool> reachable_parameters(const std::vector<Tensor>& outputs, const std::vector<Tensor>& params) {
-  std::vector<bool> reachable(params.size(), false);
+GraphWalk walk_backward_graph(const std::vector<Tensor>& outputs, const std::vector<Tensor>& params) {
+  GraphWalk walk;
+  std::vector<bool>& reachable = walk.reachable;
+  reachable.assign(params.size(), false);
   std::unordered_set<const Node*> seen;
   std::vector<const Node*> stack;
   std::vector<Edge> roots;  // holds the nodes alive (a leaf output's accumulator is otherwise weak)
@@ -31,11 +33,14 @@ std::vector<bool> reachable_parameters(const std::vector<Tensor>& outputs, const
   while (!stack.empty()) {
     const Node* node = stack.back();
     stack.pop_back();
-    if (auto it = index_of.find(node); it != index_of.end()) reachable[it->second] = true;
+    if (auto it = index_of.find(node); it != index_of.end())
+      reachable[it->second] = true;
+    else if (!walk.has_checkpoint && node->name() == "CheckpointBackward")
+      walk.has_checkpoint = true;
     for (const Edge& e : node->next_edges)
       if (e.valid() && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
   }
-  return reachable;
+  return walk;
 }
 
 }  // namespace kiln::dist

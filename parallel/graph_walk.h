@@ -9,9 +9,15 @@
 
 namespace kiln::dist {
 
-// reachable[i]: a gradient can flow from some output to params[i] (its AccumulateGrad node is in the
-// outputs' backward graph). A parameter used only inside a re-entrant checkpoint region is not
-// reachable: its graph exists only during backward (Note [Checkpoint recompute]).
-std::vector<bool> reachable_parameters(const std::vector<Tensor>& outputs, const std::vector<Tensor>& params);
+struct GraphWalk {
+  // reachable[i]: a gradient can flow from some output to params[i] (its AccumulateGrad node is in
+  // the outputs' backward graph).
+  std::vector<bool> reachable;
+  // The graph holds a re-entrant checkpoint region (Note [Checkpoint recompute]): the parameters
+  // used inside it get their graph only during backward, so "not reachable" proves nothing.
+  bool has_checkpoint = false;
+};
+
+GraphWalk walk_backward_graph(const std::vector<Tensor>& outputs, const std::vector<Tensor>& params);
 
 }  // namespace kiln::dist

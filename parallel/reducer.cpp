@@ -41,10 +41,11 @@ namespace kiln::dist {
 // torch's reducer, DDP's forward (and the Trainer) hand the outputs to prepare_for_backward, which
 // walks the backward graph from them; the parameters it cannot reach are marked ready when the
 // backward's first gradient arrives, so the buckets holding them launch during backward instead
-// of all waiting for finish(). Without a walk (a caller that ran the module itself) finish() finds
-// them, as before. A parameter the walk missed that still gets a gradient (used only inside a
-// re-entrant checkpoint region, whose graph exists only during backward, or by a second forward)
-// fails loudly, as in torch: use static_graph for that. Whether a parameter was used by some rank
+// of all waiting for finish(). Without a walk (a caller that ran the module itself), or when the
+// graph holds a re-entrant checkpoint region (whose parameters get their graph only during
+// backward, so the walk cannot see them; torch fails there), finish() finds them, as before. A
+// parameter the walk missed that still gets a gradient (used by a second forward into the same
+// loss) fails loudly, as in torch. Whether a parameter was used by some rank
 // travels in the bucket tails (the used counters); the host reads them only when this rank left
 // some parameter unused: if it used them all, every parameter was used by some rank.
 //
@@ -250,8 +251,8 @@ void Reducer::on_grad_ready(size_t i) {
   if (options_.static_graph_ && --hooks_left_[i] > 0) return;  // more gradients to come
   KILN_CHECK_DIST(!marked_unused_[i], "DistributedDataParallel: parameter '", names_[i], "' got a gradient in iteration ",
                   iteration_, " although the graph walk from the forward's outputs found it unused "
-                  "(find_unused_parameters; Note [Unused parameters]): it is used outside that graph, e.g. "
-                  "inside a re-entrant checkpoint region or by another forward; use static_graph(true) instead");
+                  "(find_unused_parameters; Note [Unused parameters]): it is used outside that graph, e.g. by "
+                  "another forward; pass every output to prepare_for_backward, or use static_graph(true)");
   KILN_CHECK_DIST(!ready_[i], "DistributedDataParallel: parameter '", names_[i],
                   "' got its gradient twice in iteration ", iteration_,
                   "; run one backward per synced iteration (use no_sync() for the extra ones) and call "
@@ -269,11 +270,11 @@ void Reducer::on_grad_ready(size_t i) {
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   if (!options_.find_unused_parameters_ || options_.static_graph_) return;  // static: recorded instead
-  const std::vector<bool> reachable = reachable_parameters(outputs, params_);
+  const GraphWalk walk = walk_backward_graph(outputs, params_);
   walk_unused_.clear();
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!reachable[i]) walk_unused_.push_back(i);
-  walked_ = true;
+    if (!walk.reachable[i]) walk_unused_.push_back(i);
+  walked_ = !walk.has_checkpoint;  // a checkpoint region hides its parameters: finish() finds the unused
 }
 
 void Reducer::mark_walked_unused_ready() {

@@ -1,7 +1,8 @@
 // find_unused_parameters by graph walk (Note [Unused parameters], reducer.cpp), on 2 Gloo ranks:
 // the unused parameter's bucket launches as backward starts (not at finish), gradients are final
 // when backward returns, the used counters are read only when something is unused, the result
-// equals one process; a parameter the walk cannot see fails clearly.
+// equals one process, also when a checkpoint region hides parameters from the walk; a parameter the
+// walk did not see that still gets a gradient fails clearly.
 #include <set>
 
 #include <kiln/autograd/checkpoint.h>
@@ -85,19 +86,41 @@ TEST_CASE("find_unused_parameters with nothing unused: no host read of the used 
   }
 }
 
-TEST_CASE("find_unused_parameters: a parameter only a re-entrant checkpoint uses fails, naming static_graph") {
+TEST_CASE("find_unused_parameters with a re-entrant checkpoint region: unused ones found at finish, as one process") {
   run_ranks(2, [&](ProcessGroup& pg) {
     test::TrainSpec s;
+    s.net.unused = true;
+    auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
+    DistributedDataParallel ddp(net, borrow(pg), test::small_buckets().find_unused_parameters(true));
+    optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
+    for (int step = 0; step < s.steps; ++step) {
+      opt.zero_grad();
+      auto [x, y] = test::batch_rows(s, step, pg.rank() * s.batch, s.batch, 2 * s.batch);
+      ddp.prepare_forward();
+      Tensor h = relu(net->fc1->forward(x));
+      h = autograd::checkpoint([&](const Tensor& t) { return relu(net->fc2->forward(t)); }, h);  // fc2 hidden
+      Tensor out = net->fc3->forward(h);
+      ddp.prepare_for_backward({out});
+      mse_loss(out, y).backward();
+      expect(ddp.reducer().iteration_in_progress(), "the walk saw a checkpoint: spare is left to finish");
+      ddp.finish_gradient_synchronization();
+      opt.step();
+    }
+    test::expect_close(test::flat_parameters(*net), test::train_reference(s, 2), 1e-5, "parameters");
+  });
+}
+
+TEST_CASE("find_unused_parameters: a parameter the walk did not see that gets a gradient fails clearly") {
+  run_ranks(2, [&](ProcessGroup& pg) {
+    test::TrainSpec s;
+    s.net.unused = true;
     auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
     DistributedDataParallel ddp(net, borrow(pg), test::small_buckets().find_unused_parameters(true));
     auto [x, y] = test::batch_rows(s, 0, pg.rank() * s.batch, s.batch, 2 * s.batch);
-    ddp.prepare_forward();
-    Tensor h = relu(net->fc1->forward(x));
-    h = autograd::checkpoint([&](const Tensor& t) { return relu(net->fc2->forward(t)); }, h);
-    Tensor out = net->fc3->forward(h);
-    ddp.prepare_for_backward({out});  // fc2 is invisible from here
-    std::string msg = error_of([&] { mse_loss(out, y).backward(); }, "checkpointed parameter");
-    expect_contains(msg, "'fc2.", "names fc2");
-    expect_contains(msg, "static_graph", "hint");
+    Tensor out = ddp.forward<test::Net>(x);  // walks from out only: spare unreachable
+    Tensor side = net->spare->forward(relu(net->fc1->forward(x)));  // ... but used here, into the same loss
+    std::string msg = error_of([&] { (mse_loss(out, y) + mse_loss(side, y)).backward(); }, "unseen use");
+    expect_contains(msg, "'spare.", "names spare");
+    expect_contains(msg, "prepare_for_backward", "hint");
   });
 }
