@@ -2,11 +2,13 @@
 // and the per-forward buffer broadcast; the gradient path is the Reducer's.
 #include <kiln/parallel/ddp.h>
 
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
 #include <kiln/autograd/grad_mode.h>
 #include <kiln/core/factory.h>
+#include <kiln/parallel/debug_level.h>
 
 namespace kiln::dist {
 
@@ -114,8 +116,24 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                                  .bucket_cap_bytes(mib_to_bytes(options_.bucket_cap_mb_))
                                  .gradient_as_bucket_view(options_.gradient_as_bucket_view_)
                                  .find_unused_parameters(options_.find_unused_parameters_)
-                                 .rebuild_buckets(!options_.static_graph_)
+                                 .static_graph(options_.static_graph_)
+                                 .rebuild_buckets(options_.rebuild_buckets_)
                                  .order_check(options_.order_check_));
+  if (debug_level() != DebugLevel::off) {  // INFO and DETAIL: torch logs its DDP setup too
+    std::ostringstream os;
+    int64_t elements = 0;
+    for (const Bucket& b : reducer_->buckets()) {
+      os << (elements ? ", " : "") << b.numel;
+      elements += b.numel;
+    }
+    std::fprintf(stderr,
+                 "kiln: DistributedDataParallel rank %d/%d on %s: %zu parameters (%lld elements) in %zu buckets "
+                 "[%s], find_unused_parameters=%d static_graph=%d gradient_as_bucket_view=%d broadcast_buffers=%d\n",
+                 group_->rank(), group_->size(), group_->backend().c_str(), reducer_->parameters().size(),
+                 static_cast<long long>(elements), reducer_->bucket_count(), os.str().c_str(),
+                 int(options_.find_unused_parameters_), int(options_.static_graph_),
+                 int(options_.gradient_as_bucket_view_), int(options_.broadcast_buffers_));
+  }
 }
 
 // All-gather (count, fingerprint); only on a mismatch are the full descriptions exchanged (lengths,

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include <kiln/core/arg.h>
@@ -22,7 +23,13 @@ struct DDPOptions {
   KILN_ARG(bool, gradient_as_bucket_view) = false;  // .grad is a view of its bucket: Note [Bucket views]
   KILN_ARG(bool, find_unused_parameters) = false;   // parameters without a gradient count as zero
   KILN_ARG(bool, broadcast_buffers) = true;         // rank 0's buffers (BatchNorm stats) before each forward
-  KILN_ARG(bool, static_graph) = false;  // the gradient order never changes: keep the initial buckets
+  // The graph is the same every iteration: the first backward records it (unused parameters, bucket
+  // order, parameters that get two gradients, e.g. used inside and outside a re-entrant checkpoint
+  // region); Note [Static graph] (reducer.cpp).
+  KILN_ARG(bool, static_graph) = false;
+  // Kiln's: re-bucket in gradient arrival order after the first synced iteration (torch always
+  // does; false keeps the initial reverse-registration buckets).
+  KILN_ARG(bool, rebuild_buckets) = true;
   KILN_ARG(OrderCheck, order_check) = OrderCheck::automatic;  // Note [Deferred order check] (order_check.cpp)
 };
 
@@ -68,13 +75,31 @@ class DistributedDataParallel {
   // Collective. forward() calls it; a caller that runs the module itself must call it first.
   void prepare_forward();
 
-  // prepare_forward(), then the module's own forward with these arguments.
+  // prepare_forward(), then the module's own forward with these arguments; a Tensor or
+  // std::vector<Tensor> result goes to prepare_for_backward.
   template <class M, class... Args>
   decltype(auto) forward(Args&&... args) {
     auto m = module<M>();
     prepare_forward();
-    return m->forward(std::forward<Args>(args)...);
+    using Result = std::decay_t<decltype(m->forward(std::forward<Args>(args)...))>;
+    if constexpr (std::is_same_v<Result, Tensor>) {
+      Tensor out = m->forward(std::forward<Args>(args)...);
+      prepare_for_backward({out});
+      return out;
+    } else if constexpr (std::is_same_v<Result, std::vector<Tensor>>) {
+      std::vector<Tensor> out = m->forward(std::forward<Args>(args)...);
+      prepare_for_backward(out);
+      return out;
+    } else {
+      return m->forward(std::forward<Args>(args)...);
+    }
   }
+
+  // What must happen after every forward (torch's reducer.prepare_for_backward): with
+  // find_unused_parameters, finds the parameters the outputs (or the loss computed from them)
+  // cannot reach, so backward marks them ready at once (Note [Unused parameters], reducer.cpp).
+  // forward() and the Trainer call it; a caller that runs the module itself should too.
+  void prepare_for_backward(const std::vector<Tensor>& outputs) { reducer_->prepare_for_backward(outputs); }
 
   // Completes gradient averaging for the backward just run: a no-op when the last parameter's hook
   // already did, or under no_sync. Call it after backward and before the optimizer step.

@@ -7,6 +7,7 @@
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/error.h>
+#include <kiln/parallel/debug_level.h>
 #include <kiln/parallel/gloo_process_group.h>
 #include <kiln/parallel/nccl_process_group.h>
 
@@ -54,12 +55,13 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
       // One device per local rank, as torchrun users set with torch.cuda.set_device(local_rank).
       int device = env.local_rank % cuda::device_count();
       cuda::set_device(device);
-      return make_nccl_process_group(store, env.rank, env.world_size,
-                                     NcclOptions().timeout(options.timeout_).device(device));
+      return with_debug_checks(make_nccl_process_group(store, env.rank, env.world_size,
+                                                       NcclOptions().timeout(options.timeout_).device(device)));
     }
   }
-  return make_gloo_process_group(store, env.rank, env.world_size,
-                                 GlooOptions().timeout(options.timeout_).hostname(gloo_hostname(env.master_addr)));
+  // KILN_DISTRIBUTED_DEBUG=DETAIL: every collective checked across ranks (checked_process_group.h).
+  return with_debug_checks(make_gloo_process_group(
+      store, env.rank, env.world_size, GlooOptions().timeout(options.timeout_).hostname(gloo_hostname(env.master_addr))));
 }
 
 }  // namespace kiln::dist

@@ -15,6 +15,7 @@
 #include <kiln/core/ops/join.h>
 #include <kiln/core/ops/reduce.h>
 #include <kiln/parallel/bucket.h>
+#include <kiln/parallel/debug_level.h>
 
 namespace kiln::dist {
 
@@ -94,17 +95,8 @@ uint64_t decode(const double* digits, DType dtype) {
 
 int64_t codes_per_rank(DType dtype) { return kCodes * code_digits(dtype).count; }
 
-// KILN_DISTRIBUTED_DEBUG (else TORCH_DISTRIBUTED_DEBUG) is INFO or DETAIL.
-bool distributed_debug() {
-  for (const char* name : {"KILN_DISTRIBUTED_DEBUG", "TORCH_DISTRIBUTED_DEBUG"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    std::string level(v);
-    std::transform(level.begin(), level.end(), level.begin(), [](unsigned char c) { return std::toupper(c); });
-    return level == "INFO" || level == "DETAIL";
-  }
-  return false;
-}
+// KILN_DISTRIBUTED_DEBUG (else TORCH_DISTRIBUTED_DEBUG) is INFO or DETAIL (debug_level.h).
+bool distributed_debug() { return debug_level() != DebugLevel::off; }
 
 // The order-check failure for bucket `b` as this rank reduced it (iteration, sequence number, the
 // dtype whose digits the codes use), given the code slots of every rank after the sum; "" when

@@ -3,7 +3,9 @@
 // the data-parallel Trainer and the launcher logic behind kiln-run.
 #pragma once
 
+#include <kiln/parallel/checked_process_group.h>
 #include <kiln/parallel/comm_hooks.h>
+#include <kiln/parallel/debug_level.h>
 #include <kiln/parallel/ddp.h>
 #include <kiln/parallel/file_store.h>
 #include <kiln/parallel/gloo_process_group.h>

@@ -20,8 +20,9 @@ namespace kiln::dist {
 // gradient viewed as (shape[0], rest)):
 //   1. error feedback: M += E (what compression lost on this rank last time); keep a copy M0;
 //   2. Q (m x r): the last iteration's Q (warm start), else random N(0, 1) from a generator seeded
-//      by (random_seed, bucket, iteration), identical on every rank, then orthogonalized;
-//   3. P = M Q, all-reduced (summed): P = sum_ranks M Q; orthogonalize P's columns;
+//      by (random_seed, bucket, iteration), identical on every rank; either way orthogonalized;
+//   3. P = M Q, all-reduced (summed): P = sum_ranks M Q; orthogonalize P's columns (Gram-Schmidt
+//      for r <= 2, Householder QR above: Note [PowerSGD orthogonalization]);
 //   4. Q = M^T P / W, all-reduced (summed): Q = mean_ranks(M)^T P  (divided before the sum);
 //   5. M = P Q^T = P P^T mean(M): the projection of the average onto P's columns;
 //   6. E = M0 - M (this rank's input minus the shared approximation).
@@ -67,6 +68,11 @@ Tensor PowerSGDState::q(size_t bucket) const {
   return it == q_.end() ? Tensor() : it->second;
 }
 
+void PowerSGDState::set_q(size_t bucket, Tensor q) {
+  KILN_CHECK(q.defined() && q.dim() == 1, "PowerSGDState::set_q: expected a flat tensor for bucket ", bucket);
+  q_[bucket] = q.contiguous().clone();
+}
+
 void orthogonalize_columns(Tensor& m, double epsilon) {
   KILN_CHECK(m.dim() == 2, "orthogonalize_columns: expected a matrix, got shape ", m.shape());
   NoGradGuard no_grad;
@@ -82,6 +88,55 @@ void orthogonalize_columns(Tensor& m, double epsilon) {
       other.copy_(ops::sub(other, ops::mul(ops::sum(ops::mul(col, other)), col)));
     }
   }
+}
+
+// Note [PowerSGD orthogonalization]
+// Gram-Schmidt loses orthogonality on ill-conditioned or rank-deficient input: a column that is
+// (nearly) in the span of the earlier ones leaves a residual of rounding noise, which it then
+// normalizes to length 1, at an angle to the earlier columns of O(1). P then is no orthonormal
+// basis, P P^T is no projection, and the "approximation" P P^T M can be larger than M; at full rank
+// (r = min(n, m)) DDP drifted 0.05-5.5% from plain all-reduce that way. Torch uses Gram-Schmidt
+// only for r <= 2 and 16-bit matrices and a QR factorization (Householder) otherwise; so do we:
+// Householder reflections give orthonormal columns whatever the input, with span(result) holding
+// the input's column space (A = Q R), so full-rank PowerSGD reproduces the average.
+void orthonormalize_householder(Tensor& m) {
+  KILN_CHECK(m.dim() == 2 && m.size(1) <= m.size(0), "orthonormalize_householder: expected a matrix (n, r) with r <= n, got shape ",
+             m.shape());
+  NoGradGuard no_grad;
+  const int64_t n = m.size(0), r = m.size(1);
+  const TensorOptions opts = TensorOptions(m.dtype()).device(m.device());
+  Tensor a = m.clone();
+  std::vector<Tensor> reflectors;  // unit v_j (n - j, 1) or zero: H_j = I - 2 v_j v_j^T on rows j..n
+  for (int64_t j = 0; j < r; ++j) {
+    Tensor x = a.narrow(0, j, n - j).narrow(1, j, 1);
+    Tensor norm = ops::sqrt(ops::sum(ops::mul(x, x)));
+    Tensor head = x.narrow(0, 0, 1);
+    Tensor sign = ops::sub(ops::mul(ops::ge(head, 0.0).to(m.dtype()), 2.0), 1.0);  // LAPACK: sign(0) = +1
+    Tensor v = x.clone();
+    v.narrow(0, 0, 1).copy_(ops::add(head, ops::mul(sign, norm)));
+    Tensor v_norm = ops::sqrt(ops::sum(ops::mul(v, v)));
+    v = ops::div(v, ops::add(v_norm, ops::eq(v_norm, 0.0).to(m.dtype())));  // a zero column: H = I
+    Tensor rest = a.narrow(0, j, n - j).narrow(1, j, r - j);
+    rest.copy_(ops::sub(rest, ops::mul(ops::mm(v, ops::mm(v.t(), rest)), 2.0)));
+    reflectors.push_back(v);
+  }
+  // Q = H_0 H_1 ... H_{r-1} applied to the first r columns of the identity, last reflector first.
+  Tensor q = zeros({n, r}, opts);
+  for (int64_t j = 0; j < r; ++j) q.narrow(0, j, 1).narrow(1, j, 1).fill_(1.0);
+  for (int64_t j = r; j-- > 0;) {
+    const Tensor& v = reflectors[size_t(j)];
+    Tensor rows = q.narrow(0, j, n - j);
+    rows.copy_(ops::sub(rows, ops::mul(ops::mm(v, ops::mm(v.t(), rows)), 2.0)));
+  }
+  m.copy_(q);
+}
+
+void orthogonalize(Tensor& m, double epsilon) {
+  const bool half = m.dtype() == DType::f16 || m.dtype() == DType::bf16;
+  if (m.size(1) <= 2 || half)
+    orthogonalize_columns(m, epsilon);
+  else
+    orthonormalize_householder(m);
 }
 
 std::shared_ptr<Work> powersgd_hook(PowerSGDState& state, ProcessGroup& group, GradBucket& bucket) {
@@ -148,10 +203,13 @@ std::shared_ptr<Work> powersgd_hook(PowerSGDState& state, ProcessGroup& group, G
   if (!o.warm_start_ || !q.defined() || q.numel() != q_total) {
     Generator gen(o.random_seed_ * 1000003ull + b * 7919ull + uint64_t(state.iteration_));
     q = randn({std::max<int64_t>(q_total, 1)}, gen, opts).narrow(0, 0, q_total).contiguous();
-    for (const Matrix& x : mats) {
-      Tensor qm = q.narrow(0, x.q_at, x.m * x.r).view({x.m, x.r});
-      orthogonalize_columns(qm, o.orthogonalization_epsilon_);
-    }
+  }
+  // Warm start too: the last Q (the average of M^T P) is orthogonalized again, as torch does; left
+  // as it is, subspace iteration squares the condition of P = M Q every step. Note [PowerSGD
+  // orthogonalization].
+  for (const Matrix& x : mats) {
+    Tensor qm = q.narrow(0, x.q_at, x.m * x.r).view({x.m, x.r});
+    orthogonalize(qm, o.orthogonalization_epsilon_);
   }
   // 3. P = M Q, summed over ranks.
   Tensor p = empty({p_total}, opts);
@@ -169,7 +227,7 @@ std::shared_ptr<Work> powersgd_hook(PowerSGDState& state, ProcessGroup& group, G
     // 3b. Orthogonalize P; 4. Q = M^T P / W, summed over ranks.
     for (const Matrix& x : mats) {
       Tensor pm = p.narrow(0, x.p_at, x.n * x.r).view({x.n, x.r});
-      orthogonalize_columns(pm, o.orthogonalization_epsilon_);
+      orthogonalize(pm, o.orthogonalization_epsilon_);
       Tensor mm = bucket.gradient(x.k).view({x.n, x.m});
       Tensor qm = q.narrow(0, x.q_at, x.m * x.r).view({x.m, x.r});
       qm.copy_(ops::mm(mm.t(), pm));

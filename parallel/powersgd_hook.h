@@ -37,6 +37,10 @@ class PowerSGDState {
   Tensor error(size_t bucket) const;
   Tensor p(size_t bucket) const;
   Tensor q(size_t bucket) const;
+  // Warm start for `bucket` from `q` (every compressed matrix's Q back to back, flat), as if an
+  // earlier iteration had left it (torch: writing state.q_memory_dict); it is orthogonalized
+  // before use. Replays a run, or another implementation's, with the same initial Q.
+  void set_q(size_t bucket, Tensor q);
   // Elements all-reduced by the last compressed iteration, and what plain all-reduce would send.
   int64_t sent_elements() const { return sent_; }
   int64_t dense_elements() const { return dense_; }
@@ -55,5 +59,11 @@ std::shared_ptr<Work> powersgd_hook(PowerSGDState& state, ProcessGroup& group, G
 // Gram-Schmidt on the columns of `m` (n x r), in place: column i is normalized (norm + epsilon;
 // a zero column stays zero), then removed from the columns after it.
 void orthogonalize_columns(Tensor& m, double epsilon);
+// The columns of `m` (n x r, r <= n) replaced, in place, by the Q factor of its QR factorization
+// (Householder reflections, LAPACK's signs): orthonormal whatever `m` is, even rank deficient.
+void orthonormalize_householder(Tensor& m);
+// What PowerSGD orthogonalizes P and Q with, as torch's _orthogonalize: Gram-Schmidt for r <= 2
+// and 16-bit matrices, Householder QR otherwise (Note [PowerSGD orthogonalization]).
+void orthogonalize(Tensor& m, double epsilon);
 
 }  // namespace kiln::dist

@@ -12,6 +12,7 @@
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/join.h>
 #include <kiln/core/profiler/profiler.h>
+#include <kiln/parallel/graph_walk.h>
 
 namespace kiln::dist {
 
@@ -33,6 +34,30 @@ namespace kiln::dist {
 // division happens at launch, on the gradient part of the bucket only (the tail carries integer
 // codes, Note [Bucket order check]); with views it divides .grad in place, which is overwritten
 // by the average anyway.
+//
+// Note [Unused parameters]
+// With find_unused_parameters, a parameter that gets no gradient in a synced backward contributes
+// zeros (or what it accumulated under no_sync), and one that no rank used keeps its .grad. As in
+// torch's reducer, DDP's forward (and the Trainer) hand the outputs to prepare_for_backward, which
+// walks the backward graph from them; the parameters it cannot reach are marked ready when the
+// backward's first gradient arrives, so the buckets holding them launch during backward instead
+// of all waiting for finish(). Without a walk (a caller that ran the module itself), or when the
+// graph holds a re-entrant checkpoint region (whose parameters get their graph only during
+// backward, so the walk cannot see them; torch fails there), finish() finds them, as before. A
+// parameter the walk missed that still gets a gradient (used by a second forward into the same
+// loss) fails loudly, as in torch. Whether a parameter was used by some rank
+// travels in the bucket tails (the used counters); the host reads them only when this rank left
+// some parameter unused: if it used them all, every parameter was used by some rank.
+//
+// Note [Static graph]
+// static_graph (torch's): the graph is the same every iteration, so the first synced backward
+// records it instead of reducing: how many gradients each parameter gets (a parameter used inside
+// and outside a re-entrant checkpoint region, or by two checkpoint regions, gets two, each
+// accumulated into .grad) and which parameters get none. All its buckets are reduced at finish(),
+// then rebuilt in the recorded order (the last gradient of each parameter; unused ones first).
+// From then on a parameter is ready at its recorded number of gradients, and the unused ones as
+// backward starts, without a graph walk. The used counters travel in the bucket tails, as with
+// find_unused_parameters (a parameter no rank used keeps its .grad).
 namespace {
 
 std::string join_names(const std::vector<std::string>& names, size_t limit = 10) {
@@ -77,8 +102,11 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   for (size_t i = 0; i < params_.size(); ++i) reverse[i] = params_.size() - 1 - i;
   build_buckets(reverse);
   ready_.assign(params_.size(), false);
+  marked_unused_.assign(params_.size(), false);
   used_.assign(params_.size(), false);
   rebuild_pending_ = options_.rebuild_buckets_;
+  static_recording_ = options_.static_graph_;
+  hooks_seen_.assign(params_.size(), 0);
   div_factor_ = group_->size();
 }
 
@@ -126,7 +154,7 @@ void Reducer::install_hooks() {
 
 int64_t Reducer::tail_size(size_t b) const {
   int64_t n = order_.slots(bucket_dtype(b));
-  if (options_.find_unused_parameters_) n += static_cast<int64_t>(buckets_[b].params.size());
+  if (tracks_used()) n += static_cast<int64_t>(buckets_[b].params.size());
   return n;
 }
 
@@ -203,12 +231,33 @@ void Reducer::on_grad_ready(size_t i) {
   KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
   if (options_.gradient_as_bucket_view_) install_view(i, true);
   used_[i] = true;
-  if (!require_sync_) return;  // no_sync: gradients accumulate in .grad (the views)
-  if (!active_) start_iteration();
+  if (!require_sync_) {  // no_sync: gradients accumulate in .grad (the views)
+    walked_ = false;
+    return;
+  }
+  if (!active_) {
+    start_iteration();
+    mark_walked_unused_ready();
+    if (options_.static_graph_ && !static_recording_) {  // Note [Static graph]
+      NoGradGuard no_grad;
+      for (size_t u : static_unused_) mark_unused_ready(u);
+    }
+  }
+  if (static_recording_) {  // Note [Static graph]: reduced at finish()
+    ++hooks_seen_[i];
+    static_arrival_.push_back(i);
+    return;
+  }
+  if (options_.static_graph_ && --hooks_left_[i] > 0) return;  // more gradients to come
+  KILN_CHECK_DIST(!marked_unused_[i], "DistributedDataParallel: parameter '", names_[i], "' got a gradient in iteration ",
+                  iteration_, " although the graph walk from the forward's outputs found it unused "
+                  "(find_unused_parameters; Note [Unused parameters]): it is used outside that graph, e.g. by "
+                  "another forward; pass every output to prepare_for_backward, or use static_graph(true)");
   KILN_CHECK_DIST(!ready_[i], "DistributedDataParallel: parameter '", names_[i],
                   "' got its gradient twice in iteration ", iteration_,
                   "; run one backward per synced iteration (use no_sync() for the extra ones) and call "
-                  "finish_gradient_synchronization() between iterations");
+                  "finish_gradient_synchronization() between iterations; a parameter used twice per backward "
+                  "(e.g. inside and outside a re-entrant checkpoint region) needs static_graph(true)");
   if (!options_.gradient_as_bucket_view_) {
     NoGradGuard no_grad;
     slice_of(i).copy_(params_[i].grad());
@@ -219,10 +268,44 @@ void Reducer::on_grad_ready(size_t i) {
   if (num_ready_ == params_.size()) finalize(/*from_hook=*/true);
 }
 
+void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
+  if (!options_.find_unused_parameters_ || options_.static_graph_) return;  // static: recorded instead
+  const GraphWalk walk = walk_backward_graph(outputs, params_);
+  walk_unused_.clear();
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!walk.reachable[i]) walk_unused_.push_back(i);
+  walked_ = !walk.has_checkpoint;  // a checkpoint region hides its parameters: finish() finds the unused
+}
+
+void Reducer::mark_walked_unused_ready() {
+  if (!walked_) return;
+  walked_ = false;
+  NoGradGuard no_grad;
+  for (size_t i : walk_unused_) {
+    if (rebuild_pending_) arrival_.push_back(i);
+    marked_unused_[i] = true;
+    mark_unused_ready(i);
+  }
+}
+
+// A parameter without a gradient in this synced backward: what it accumulated under no_sync, else zeros.
+void Reducer::mark_unused_ready(size_t i) {
+  Tensor s = slice_of(i);
+  if (!(used_[i] && params_[i].grad().defined()))
+    s.zero_();
+  else if (!grad_is_view(i)) {
+    s.copy_(params_[i].grad());
+    ++grad_copies_;
+  }
+  mark_ready(i);
+}
+
 void Reducer::start_iteration() {
   active_ = true;
   ++iteration_;
   ready_.assign(params_.size(), false);
+  marked_unused_.assign(params_.size(), false);
+  hooks_left_ = hooks_seen_;
   num_ready_ = 0;
   next_launch_ = 0;
   launched_this_iteration_ = 0;
@@ -251,7 +334,7 @@ void Reducer::launch(size_t b) {
   // counters; one copy from the host (asynchronous on CUDA).
   std::vector<double> values(size_t(tail_size(b)), 0.0);
   order_.write_codes(values, b, iteration_, group_->sequence_number(), bucket_dtype(b));
-  if (options_.find_unused_parameters_)
+  if (tracks_used())
     for (size_t k = 0; k < bucket.params.size(); ++k)
       values[size_t(order_.slots(bucket_dtype(b))) + k] = used_[bucket.params[k]] ? 1.0 : 0.0;
   tail.copy_(host_values(values, tail.device()), /*non_blocking=*/true);
@@ -345,7 +428,12 @@ void Reducer::finalize(bool from_hook) {
       // (find_unused_parameters reads the tails for their used counters anyway.)
       std::vector<std::vector<double>> tails;
       const bool on_cuda = !buckets_.empty() && buckets_.front().flat.device().is_cuda();
-      if (options_.find_unused_parameters_ || order_.read_on_host(iteration_, on_cuda)) {
+      // Note [Unused parameters]: the used counters matter only when this rank left one unused.
+      bool check_used = false;
+      if (tracks_used())
+        for (bool u : used_) check_used = check_used || !u;
+      used_reads_ += check_used ? 1 : 0;
+      if (check_used || order_.read_on_host(iteration_, on_cuda)) {
         tails = read_tails();
         order_.check(tails, iteration_);
       } else {
@@ -355,7 +443,8 @@ void Reducer::finalize(bool from_hook) {
       }
       const bool one_rank = group_->size() == 1 && !comm_hook_;  // Note [One rank]
       for (size_t b = 0; b < buckets_.size(); ++b) {
-        copy_back(b, tails.empty() ? std::vector<double>() : tails[b], /*grads_current=*/one_rank && from_hook);
+        copy_back(b, tails.empty() ? std::vector<double>() : tails[b], check_used,
+                  /*grads_current=*/one_rank && from_hook);
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -368,13 +457,13 @@ void Reducer::finalize(bool from_hook) {
   if (rebuild_pending_) rebuild_in_arrival_order();
 }
 
-void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool grads_current) {
+void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool check_used, bool grads_current) {
   const Bucket& bucket = buckets_[b];
   const size_t used_at = size_t(order_.slots(bucket_dtype(b)));
   for (size_t k = 0; k < bucket.params.size(); ++k) {
     size_t i = bucket.params[k];
     // No rank used it: leave .grad alone (copy mode; with views it is the zeroed slice).
-    if (options_.find_unused_parameters_ && tail[used_at + k] < 0.5) continue;
+    if (check_used && tail[used_at + k] < 0.5) continue;
     if (options_.gradient_as_bucket_view_) {
       install_view(i, false);  // a locally unused parameter may have no view yet
       continue;
@@ -392,11 +481,12 @@ void Reducer::copy_back(size_t b, const std::vector<double>& tail, bool grads_cu
 void Reducer::finish() {
   KILN_CHECK_DIST(failure_.empty(), "DistributedDataParallel is unusable after an earlier failure: ", failure_);
   if (!require_sync_ || !active_) return;  // no_sync, or already finalized by the last hook
+  if (static_recording_) return finish_static_recording();
   std::vector<size_t> missing;
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (size_t i : buckets_[b].params)
       if (!ready_[i]) missing.push_back(i);
-  if (!options_.find_unused_parameters_) {
+  if (!tracks_used()) {
     std::vector<std::string> names;
     for (size_t i = 0; i < params_.size(); ++i)
       if (!ready_[i]) names.push_back(names_[i]);  // registration order
@@ -411,17 +501,28 @@ void Reducer::finish() {
   }
   // find_unused_parameters: the rest contribute what they accumulated under no_sync, else zeros.
   NoGradGuard no_grad;
-  for (size_t i : missing) {
-    Tensor s = slice_of(i);
-    bool has = used_[i] && params_[i].grad().defined();
-    if (!has)
-      s.zero_();
-    else if (!grad_is_view(i)) {
-      s.copy_(params_[i].grad());
-      ++grad_copies_;
-    }
-    mark_ready(i);
+  for (size_t i : missing) mark_unused_ready(i);
+  finalize(/*from_hook=*/false);
+}
+
+void Reducer::finish_static_recording() {
+  static_recording_ = false;
+  static_unused_.clear();
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (hooks_seen_[i] == 0) static_unused_.push_back(i);
+  // The order parameters become ready from now on: unused ones at once, the others at their last
+  // gradient.
+  std::vector<size_t> last(params_.size(), 0);
+  for (size_t k = 0; k < static_arrival_.size(); ++k) last[static_arrival_[k]] = k + 1;
+  if (rebuild_pending_) {
+    arrival_ = static_unused_;
+    for (size_t k = 0; k < static_arrival_.size(); ++k)
+      if (last[static_arrival_[k]] == k + 1) arrival_.push_back(static_arrival_[k]);
   }
+  static_arrival_.clear();
+  NoGradGuard no_grad;
+  for (const Bucket& b : buckets_)
+    for (size_t i : b.params) mark_unused_ready(i);  // copies what the used ones accumulated
   finalize(/*from_hook=*/false);
 }
 

@@ -21,6 +21,7 @@ struct ReducerOptions {
   KILN_ARG(size_t, bucket_cap_bytes) = mib_to_bytes(25);
   KILN_ARG(bool, gradient_as_bucket_view) = false;
   KILN_ARG(bool, find_unused_parameters) = false;
+  KILN_ARG(bool, static_graph) = false;  // Note [Static graph]
   KILN_ARG(bool, rebuild_buckets) = true;  // re-bucket in arrival order after the first synced iteration
   KILN_ARG(OrderCheck, order_check) = OrderCheck::automatic;
 };
@@ -50,6 +51,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool require_backward_grad_sync() const { return require_sync_; }
   // Completes the open iteration, if any; see Note [When gradients are final].
   void finish();
+  // Note [Unused parameters]: with find_unused_parameters, walks the backward graph from this
+  // forward's outputs (or its loss); the parameters it cannot reach are marked ready as the next
+  // synced backward starts, so buckets launch during backward. Without the call they are found
+  // at finish(). A no-op without find_unused_parameters.
+  void prepare_for_backward(const std::vector<Tensor>& outputs);
   // Reads the order checks that were compared on the device since the last call (one host read;
   // nothing when there are none) and fails, like the check at the end of backward, when ranks
   // reduced different buckets. Not collective. See Note [Deferred order check].
@@ -79,6 +85,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // every synced backward in copy mode; with gradient_as_bucket_view only a parameter's first
   // gradient and one whose .grad was replaced or set to none (Note [Bucket views]).
   int64_t grad_copies_into_buckets() const { return grad_copies_; }
+  // Synced iterations whose used counters were read on the host (find_unused_parameters, and only
+  // when this rank left some parameter unused: Note [Unused parameters]).
+  int64_t used_counter_reads() const { return used_reads_; }
   // Synced iterations whose order check was read on the host at the end of backward, and those
   // compared on the device instead (Note [Deferred order check]).
   int64_t order_checks_on_host() const { return order_.checks_on_host(); }
@@ -98,11 +107,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void on_grad_ready(size_t i);
   void start_iteration();
   void mark_ready(size_t i);
+  void mark_unused_ready(size_t i);
+  void mark_walked_unused_ready();
+  void finish_static_recording();
+  bool tracks_used() const { return options_.find_unused_parameters_ || options_.static_graph_; }
   void launch(size_t b);
   void finalize(bool from_hook);
   Tensor tail_of(size_t b) const;  // the bucket's tail: in the flat tensor, or side_[b] with a comm hook
   std::vector<std::vector<double>> read_tails() const;
-  void copy_back(size_t b, const std::vector<double>& tail, bool grads_current);
+  void copy_back(size_t b, const std::vector<double>& tail, bool check_used, bool grads_current);
   void rebuild_in_arrival_order();
   void wait_launched_quietly() noexcept;
   int64_t tail_size(size_t b) const;
@@ -132,10 +145,20 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   size_t num_ready_ = 0;
   std::vector<size_t> arrival_;     // first synced iteration: parameters in the order they got ready
   bool rebuild_pending_ = false;
+  // Note [Unused parameters]: the last forward's graph walk, until the backward that uses it.
+  bool walked_ = false;
+  std::vector<size_t> walk_unused_;
+  std::vector<bool> marked_unused_;  // per parameter, this iteration: marked ready by the walk
+  // Note [Static graph]: recording during the first synced backward, then what it recorded.
+  bool static_recording_ = false;
+  std::vector<int> hooks_seen_;      // per parameter: gradients in the recorded backward
+  std::vector<int> hooks_left_;      // per parameter: gradients still to come in this backward
+  std::vector<size_t> static_unused_;
+  std::vector<size_t> static_arrival_;  // the recorded backward's hooks, in order
 
   OrderChecker order_;  // Note [Bucket order check]: the first slots of every tail
 
-  int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0, grad_copies_ = 0;
+  int64_t launched_this_iteration_ = 0, launched_total_ = 0, rebuilds_ = 0, grad_copies_ = 0, used_reads_ = 0;
   std::string failure_;  // set once a collective failed or the order check fired: unusable
 };
 

@@ -153,6 +153,7 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
       loss = micro_loss(i);
     }
     KILN_CHECK(loss.defined(), "Trainer::step: micro_loss(", i, ") returned an undefined tensor");
+    if (ddp_) ddp_->prepare_for_backward({loss});  // Note [Unused parameters] (reducer.cpp)
     KILN_CHECK(loss.numel() == 1, "Trainer::step: micro_loss(", i, ") must return a one-element loss, got shape ",
                loss.shape());
     Tensor scaled = k == 1 ? loss : loss * (1.0 / k);

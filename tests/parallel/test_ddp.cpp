@@ -136,7 +136,7 @@ TEST_CASE("gradient_as_bucket_view: .grad lives inside its bucket, results equal
   });
 }
 
-TEST_CASE("buckets are rebuilt in gradient arrival order after iteration 1, unless static_graph") {
+TEST_CASE("buckets are rebuilt in gradient arrival order after iteration 1, unless rebuild_buckets(false)") {
   for (bool fixed : {false, true}) {
     CAPTURE(fixed);
     run_ranks(2, [&](ProcessGroup& pg) {
@@ -148,7 +148,7 @@ TEST_CASE("buckets are rebuilt in gradient arrival order after iteration 1, unle
         return o;
       };
       std::vector<size_t> first;
-      auto got = test::train_ddp(pg, s, test::small_buckets().static_graph(fixed),
+      auto got = test::train_ddp(pg, s, test::small_buckets().rebuild_buckets(!fixed),
                                  [&](DistributedDataParallel& ddp, int step) {
                                    const Reducer& r = ddp.reducer();
                                    if (step == 0) first = order(r);

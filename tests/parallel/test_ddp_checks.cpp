@@ -233,12 +233,12 @@ TEST_CASE("Note [Deferred order check]: where the order check is read, and the s
 
 TEST_CASE("Note [Deferred order check]: a mismatch compared on the device is reported by check_collective_order") {
   run_ranks(2, [&](ProcessGroup& pg) {
-    // Three buckets of the same size, as in the test above; static_graph keeps them (no rebuild,
-    // which would read the deferred check at the end of iteration 1).
+    // Three buckets of the same size, as in the test above, kept (no rebuild, which would read the
+    // deferred check at the end of iteration 1).
     test::NetSpec spec{4, 4, 4};
     auto net = std::make_shared<test::Net>(1, spec);
     auto opts = DDPOptions().first_bucket_cap_mb(80.0 / (1 << 20)).bucket_cap_mb(80.0 / (1 << 20))
-                    .static_graph(true).order_check(OrderCheck::deferred);
+                    .rebuild_buckets(false).order_check(OrderCheck::deferred);
     DistributedDataParallel ddp(net, borrow(pg), opts);
     REQUIRE(ddp.reducer().bucket_count() == 3);
     Tensor x = test::random({2, 4}, DType::f32, 3);

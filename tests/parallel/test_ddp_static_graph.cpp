@@ -1,0 +1,85 @@
+// static_graph (Note [Static graph], reducer.cpp) on 2 Gloo ranks against one process: fc2 is used
+// inside a re-entrant checkpoint region and again outside it (two gradients per backward), and
+// 'spare' is never used; the first iteration records that, later ones reduce during backward.
+#include <kiln/autograd/checkpoint.h>
+#include <kiln/parallel/ddp.h>
+
+#include "parallel/ddp_fixtures.h"
+
+using namespace kiln;
+using namespace kiln::dist;
+using kiln::test::error_of;
+using kiln::test::expect;
+using kiln::test::expect_contains;
+using kiln::test::run_ranks;
+
+namespace {
+
+std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return {&pg, [](ProcessGroup*) {}}; }
+
+// fc3(relu(fc2(checkpoint(relu(fc2(relu(fc1(x)))))))): fc2's accumulator runs twice per backward.
+Tensor twice_forward(test::Net& net, const Tensor& x) {
+  Tensor h = relu(net.fc1->forward(x));
+  h = autograd::checkpoint([&net](const Tensor& t) { return relu(net.fc2->forward(t)); }, h);
+  h = relu(net.fc2->forward(h));
+  return net.fc3->forward(h);
+}
+
+std::vector<double> reference(const test::TrainSpec& s) {
+  auto net = std::make_shared<test::Net>(test::seed_for_rank(0), s.net);
+  optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
+  for (int step = 0; step < s.steps; ++step) {
+    opt.zero_grad();
+    auto [x, y] = test::batch_rows(s, step, 0, 2 * s.batch, 2 * s.batch);
+    mse_loss(twice_forward(*net, x), y).backward();
+    opt.step();
+  }
+  return test::flat_parameters(*net);
+}
+
+}  // namespace
+
+TEST_CASE("static_graph: a parameter used twice per backward and an unused one, as one process") {
+  test::TrainSpec s;
+  s.net.unused = true;
+  const auto want = reference(s);
+  for (bool views : {false, true}) {
+    CAPTURE(views);
+    run_ranks(2, [&](ProcessGroup& pg) {
+      auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
+      DistributedDataParallel ddp(net, borrow(pg),
+                                  test::small_buckets().static_graph(true).gradient_as_bucket_view(views));
+      optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
+      for (int step = 0; step < s.steps; ++step) {
+        opt.zero_grad(/*set_to_none=*/false);
+        auto [x, y] = test::batch_rows(s, step, pg.rank() * s.batch, s.batch, 2 * s.batch);
+        ddp.prepare_forward();
+        mse_loss(twice_forward(*net, x), y).backward();
+        // The recording backward reduces at finish; later ones are final when backward returns.
+        expect(ddp.reducer().iteration_in_progress() == (step == 0), "reduced during backward after step 0");
+        ddp.finish_gradient_synchronization();
+        expect(ddp.reducer().allreduces_this_iteration() == int64_t(ddp.reducer().bucket_count()), "every bucket");
+        if (step == 0) {  // rebuilt in the recorded order: spare (6, 7) first, it is ready at once
+          const std::vector<size_t>& first = ddp.reducer().buckets()[0].params;
+          expect(first[0] >= 6, "the unused parameter leads the rebuilt buckets");
+        }
+        opt.step();
+      }
+      test::expect_close(test::flat_parameters(*net), want, 1e-5, "parameters");
+    });
+  }
+}
+
+TEST_CASE("without static_graph, a parameter used twice per backward fails naming it") {
+  run_ranks(2, [&](ProcessGroup& pg) {
+    test::TrainSpec s;
+    auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
+    DistributedDataParallel ddp(net, borrow(pg), test::small_buckets());
+    auto [x, y] = test::batch_rows(s, 0, pg.rank() * s.batch, s.batch, 2 * s.batch);
+    ddp.prepare_forward();
+    Tensor out = twice_forward(*net, x);
+    std::string msg = error_of([&] { mse_loss(out, y).backward(); }, "two gradients");
+    expect_contains(msg, "'fc2.", "names fc2");
+    expect_contains(msg, "twice", "says what happened");
+  });
+}
