@@ -66,7 +66,7 @@ TEST_CASE("NCCL, one rank, stream held at collective 2: a blocking wait throws a
   Tensor t = full({1024}, 2.0, TensorOptions(DType::f32).device(Device::cuda(0)));
   pg->allreduce(t)->wait();
   pg->allreduce(t)->wait();
-  CHECK(values(t.to(Device::cpu())) == std::vector<double>(1024, 2.0));
+  CHECK(test::values(t.to(Device::cpu())) == std::vector<double>(1024, 2.0));
   const auto t0 = SteadyClock::now();
   std::string message;
   try {
@@ -134,7 +134,7 @@ TEST_CASE("NCCL, one rank, healthy: destruction finalizes promptly and nothing i
   Tensor t = full({4096}, 3.0, TensorOptions(DType::f32).device(Device::cuda(0)));
   for (int k = 0; k < 20; ++k) pg->allreduce(t)->wait();
   pg->barrier()->wait();
-  CHECK(values(t.to(Device::cpu())) == std::vector<double>(4096, 3.0));
+  CHECK(test::values(t.to(Device::cpu())) == std::vector<double>(4096, 3.0));
   const auto t1 = SteadyClock::now();
   pg.reset();
   CHECK(seconds_since(t1) < 5.0);
