@@ -375,9 +375,9 @@ class GlooProcessGroup final : public ProcessGroup {
   // Runs one collective and completes its Work (on the worker, or inline on one rank).
   void run_job(Job& job) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!broken_.empty()) {
-        job.work->finish(not_run(job, broken_));
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (failing_ || !broken_.empty()) {
+        job.work->finish(not_run(job, wait_broken(lock)));
         return;
       }
       current_ = CurrentJob{true, job.name, job.seq, job.issued, job.work};
@@ -385,19 +385,24 @@ class GlooProcessGroup final : public ProcessGroup {
     watchdog_->maybe_inject(job.seq);  // KILN_FAULT_INJECT: a stall ends when the watchdog fails the group
     std::string error;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!broken_.empty() || failing_) error = "held back";  // the watchdog fails it (or did)
-    }
-    if (error.empty()) {
-      watchdog_->entered(job.seq);
-      watchdog_->recorder().started(job.seq);
-      try {
-        profiler::Range range(job.name, profiler::Category::comm, {"seq", int64_t(job.seq)});  // until completion
-        job.run(static_cast<uint32_t>(job.seq));
-      } catch (const std::exception& e) {
-        error = e.what();
-        if (error.empty()) error = "unknown error";
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (failing_ || !broken_.empty()) {
+        // The group failed meanwhile (the watchdog, while this job was held back): fail() finishes
+        // the job it reports with the report, this finishes any other (the first finish wins).
+        current_ = CurrentJob{};
+        job.run = nullptr;
+        job.work->finish(not_run(job, wait_broken(lock)));
+        return;
       }
+    }
+    watchdog_->entered(job.seq);
+    watchdog_->recorder().started(job.seq);
+    try {
+      profiler::Range range(job.name, profiler::Category::comm, {"seq", int64_t(job.seq)});  // until completion
+      job.run(static_cast<uint32_t>(job.seq));
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "unknown error";
     }
     job.run = nullptr;  // the tensors it captured are released before wait() returns, not after
     {
@@ -407,9 +412,15 @@ class GlooProcessGroup final : public ProcessGroup {
     if (error.empty()) {
       watchdog_->recorder().completed(job.seq);
       job.work->finish({});
-    } else if (error != "held back") {
+    } else {
       fail(job.name, job.seq, job.work, error);
     }
+  }
+
+  // The first failure's report, once fail() has written it (`lock` holds mutex_).
+  const std::string& wait_broken(std::unique_lock<std::mutex>& lock) {
+    cv_.wait(lock, [&] { return !broken_.empty(); });
+    return broken_;
   }
 
   // The watchdog's poll: fails the group when the oldest unfinished collective (running, held
@@ -457,6 +468,8 @@ class GlooProcessGroup final : public ProcessGroup {
       std::lock_guard<std::mutex> lock(mutex_);
       broken_ = message;
       failing_ = false;
+      work->finish(message);  // before run_job, woken below, can finish it as "not run"
+      cv_.notify_all();       // run_job waits for the report (wait_broken)
       if (current_.active && current_.work != work)
         pending.push_back(Job{current_.name, current_.seq, current_.issued, nullptr, current_.work});
       for (auto& j : queue_) pending.push_back(Job{j.name, j.seq, j.issued, nullptr, j.work});
@@ -466,7 +479,6 @@ class GlooProcessGroup final : public ProcessGroup {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kiln: closing the Gloo connections of rank %d failed: %s\n", rank(), e.what());
     }
-    work->finish(message);
     for (auto& j : pending) j.work->finish(not_run(j, message));
   }
 

@@ -29,10 +29,12 @@ using Clock = std::chrono::steady_clock;
 // the started sequence number in an atomic. A heartbeat thread publishes "<started> <beat>" to
 // the store key watchdog/<rank> every 500 ms (one small set per rank, off the hot path; the store
 // may be slow or gone without delaying any collective). On failure, the reporting rank publishes
-// its own progress at once and reads the peers' for up to two heartbeats (a live peer that just
-// started the collective publishes within one): a peer still short of the sequence number is
-// named with the last one it started, and a peer whose beat never moved in that window is
-// called dead or frozen. The reporting rank also sets watchdog/failure, which the peers'
+// its own progress at once and reads the peers' for at least one heartbeat (a live peer that had
+// started the collective publishes it within one) and until every late peer's beat has moved, at
+// most four heartbeats: a peer still short of the sequence number is named with the last one it
+// started, and a peer whose beat never moved in the four is called dead or frozen (a loaded
+// machine may delay a beat by a second; four make a false "dead" unlikely). So a report takes
+// about 0.75 s more with a live straggler, 2.25 s with a dead one. The reporting rank also sets watchdog/failure, which the peers'
 // heartbeats notice: a rank stuck outside any collective (hung in user code) still dumps its
 // flight recorder, as PyTorch's dump-on-peer-failure does.
 std::string heartbeat_key(int rank) { return "watchdog/" + std::to_string(rank); }
@@ -194,18 +196,21 @@ std::string Watchdog::late_ranks(uint64_t seq) {
   std::vector<PeerProgress> peers(options_.size);
   std::string store_error;
   if (options_.size > 1 && store_) {
-    const Millis window = 2 * options_.heartbeat + Millis(250);
-    const auto start = Clock::now(), deadline = start + window;
+    const auto start = Clock::now();
+    const auto settled = start + options_.heartbeat + Millis(250), deadline = start + liveness_window();
     try {
       publish();
       while (true) {
-        bool any_late = false;
+        bool any_late = false, all_late_alive = true;
         for (int r = 0; r < options_.size; ++r) {
           if (r == options_.rank) continue;
           if (store_->check(heartbeat_key(r))) parse_progress(store_->get_string(heartbeat_key(r)), peers[r]);
-          any_late = any_late || peers[r].started < want;
+          if (peers[r].started >= want) continue;
+          any_late = true;
+          all_late_alive = all_late_alive && peers[r].seen && peers[r].beat != peers[r].first_beat;
         }
-        if (!any_late || Clock::now() >= deadline) break;
+        const auto now = Clock::now();
+        if (!any_late || now >= deadline || (all_late_alive && now >= settled)) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     } catch (const std::exception& e) {
@@ -214,7 +219,7 @@ std::string Watchdog::late_ranks(uint64_t seq) {
   }
   std::ostringstream late;
   int count = 0;
-  const double waited = std::chrono::duration<double>(2 * options_.heartbeat + Millis(250)).count();
+  const double waited = std::chrono::duration<double>(liveness_window()).count();
   for (int r = 0; r < options_.size; ++r) {
     if (r == options_.rank) {
       if (last_started() >= want) continue;

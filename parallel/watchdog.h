@@ -62,8 +62,8 @@ class Watchdog {
   void release();
 
   // The failure report for collective `op` #seq after `what` went wrong: "<what>; not reached by
-  // rank 1 (...); flight recorder: <path>". Publishes this rank's progress, waits up to about two
-  // heartbeats for the peers' (a live peer may not have published yet), dumps the flight
+  // rank 1 (...); flight recorder: <path>". Publishes this rank's progress, waits up to
+  // liveness_window() for the peers' (a live peer may not have published yet), dumps the flight
   // recorder and tells the peers to dump theirs. Slow (about a second with late ranks): call it
   // once per failure, holding no lock the group's threads need.
   std::string report_failure(const char* op, uint64_t seq, const std::string& what);
@@ -73,6 +73,9 @@ class Watchdog {
   std::string late_ranks(uint64_t seq);
   // Writes the flight recorder to dump_path(); returns the path, or why it was not written.
   std::string dump(const std::string& reason);
+  // How long a failure report waits at most for a late peer's heartbeat to move (4 heartbeats
+  // and a quarter second) before calling it dead or frozen.
+  Millis liveness_window() const { return 4 * options_.heartbeat + Millis(250); }
   // <flight_recorder_dir()>/kiln_flight_recorder_<backend>_rank<R>_pid<P>.jsonl
   std::string dump_path() const;
 
