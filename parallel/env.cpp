@@ -3,6 +3,7 @@
 // apart from init.cpp so they can be tested without a store.
 #include <kiln/parallel/init.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <string_view>
@@ -34,6 +35,17 @@ int require_int(const char* name) {
   const char* v = get(name);
   KILN_CHECK_DIST(v != nullptr, "environment variable ", name, " is not set: ", kHowToLaunch);
   return parse_int(name, v);
+}
+
+// KILN_DIST_TIMEOUT: positive seconds (a decimal fraction is allowed), else the default.
+Millis timeout_from_env() {
+  const char* v = get("KILN_DIST_TIMEOUT");
+  if (v == nullptr) return kDefaultTimeout;
+  char* end = nullptr;
+  const double seconds = std::strtod(v, &end);
+  KILN_CHECK_DIST(end != v && *end == '\0' && seconds > 0 && seconds < 1e9, "environment variable KILN_DIST_TIMEOUT=\"",
+                  v, "\" is not a positive number of seconds");
+  return Millis(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000.0 + 0.5)));
 }
 
 struct Launcher {
@@ -96,6 +108,9 @@ EnvInfo read_env(const InitOptions& options) {
     info.master_addr = addr;
   }
   info.master_port = options.master_port_ >= 0 ? options.master_port_ : require_int("MASTER_PORT");
+  info.timeout = options.timeout_.count() > 0 ? options.timeout_ : timeout_from_env();
+  const char* blocking = get("KILN_NCCL_BLOCKING_WAIT");
+  info.nccl_blocking_wait = blocking != nullptr && std::string_view(blocking) == "1";
   KILN_CHECK(info.master_port >= 1 && info.master_port <= 65535, "MASTER_PORT ", info.master_port,
              " is not a TCP port (1..65535)");
   return info;

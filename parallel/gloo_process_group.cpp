@@ -1,7 +1,7 @@
 // ProcessGroup over Gloo (Debian's 2022 libgloo): rendezvous through a kiln Store, a TCP device
 // bound to this rank's hostname, and one worker thread running the collectives in issue order
-// (none on a group of one rank, whose collectives run inline).
-// See Note [Naming the late ranks] for how a failure says which peers never arrived.
+// (none on a group of one rank, whose collectives run inline), watched by a Watchdog that fails
+// the group when the oldest unfinished collective passes its deadline (Note [Watchdog]).
 #include <kiln/parallel/gloo_process_group.h>
 
 #include <gloo/allgather.h>
@@ -26,6 +26,7 @@
 
 #include <kiln/core/dispatch.h>
 #include <kiln/core/profiler/profiler.h>
+#include <kiln/parallel/watchdog.h>
 
 namespace kiln::dist {
 namespace {
@@ -57,8 +58,6 @@ class GlooStore final : public gloo::rendezvous::Store {
 
 // Slot prefix of run_reduce_scatter's messages: Gloo's own collectives use 0x01 .. 0x08.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x20;
-
-std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
 
 // Elementwise reductions in the accumulation type (float for bf16/f16), rounded once per pair.
 // max/min propagate NaN like torch.
@@ -110,8 +109,10 @@ class GlooWork final : public Work {
     std::lock_guard<std::mutex> lock(mutex_);
     return done_;
   }
+  // The first call wins: the watchdog may finish a Work its collective is still running.
   void finish(std::string error) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
     error_ = std::move(error);
     done_ = true;
     cv_.notify_all();
@@ -125,8 +126,9 @@ class GlooWork final : public Work {
 };
 
 struct Job {
-  const char* name;
-  uint64_t seq;
+  const char* name = "";
+  uint64_t seq = 0;
+  Clock::time_point issued;  // the deadline is issued + timeout
   std::function<void(uint32_t tag)> run;
   std::shared_ptr<GlooWork> work;
 };
@@ -160,17 +162,24 @@ class GlooProcessGroup final : public ProcessGroup {
       KILN_FAIL_DIST("Gloo rendezvous failed on rank ", rank, " of ", size, " (host ", options.hostname_,
                       ", timeout ", options.timeout_.count(), " ms): ", e.what());
     }
+    watchdog_ = std::make_shared<Watchdog>(
+        store_, WatchdogOptions{.backend = "Gloo", .rank = rank, .size = size, .timeout = options.timeout_});
+    watchdog_->start([this] { poll(); });
     if (size > 1) worker_ = std::thread([this] { worker_loop(); });  // one rank runs inline: see enqueue
   }
 
+  // After a failure the connections are already closed (fail()), so the worker's collective
+  // ends at once: destruction never waits out a timeout.
   ~GlooProcessGroup() override {
     try {
+      watchdog_->release();
       {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;
       }
       cv_.notify_all();
       if (worker_.joinable()) worker_.join();
+      watchdog_->stop();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kiln: stopping the Gloo worker of rank %d failed: %s\n", rank(), e.what());
     }
@@ -184,13 +193,13 @@ class GlooProcessGroup final : public ProcessGroup {
     KILN_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()), "Gloo allreduce: avg needs a floating dtype, got ",
                tensor.dtype(), "; use sum and divide yourself");
     auto fn = reduce_function(tensor.dtype(), op);
-    return enqueue("allreduce", [this, t = tensor, op, fn](uint32_t tag) { run_allreduce(t, op, fn, tag); });
+    return enqueue("allreduce", tensor.dtype(), tensor.numel(), tensor.numel(), [this, t = tensor, op, fn](uint32_t tag) { run_allreduce(t, op, fn, tag); });
   }
 
   std::shared_ptr<Work> broadcast(Tensor& tensor, int root) override {
     check_tensor(tensor, "broadcast", "tensor");
     KILN_CHECK(root >= 0 && root < size(), "Gloo broadcast: root ", root, " is not in [0, ", size(), ")");
-    return enqueue("broadcast", [this, t = tensor, root](uint32_t tag) {
+    return enqueue("broadcast", tensor.dtype(), tensor.numel(), tensor.numel(), [this, t = tensor, root](uint32_t tag) {
       if (t.nbytes() == 0) return;
       gloo::BroadcastOptions o(context_);
       o.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
@@ -203,7 +212,7 @@ class GlooProcessGroup final : public ProcessGroup {
 
   std::shared_ptr<Work> allgather(Tensor& output, const Tensor& input) override {
     check_split(output, input, "allgather", /*output_whole=*/true);
-    return enqueue("allgather", [this, out = output, in = input](uint32_t tag) {
+    return enqueue("allgather", input.dtype(), input.numel(), output.numel(), [this, out = output, in = input](uint32_t tag) {
       if (in.nbytes() == 0) return;
       gloo::AllgatherOptions o(context_);
       o.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
@@ -220,14 +229,14 @@ class GlooProcessGroup final : public ProcessGroup {
     KILN_CHECK(op != ReduceOp::avg || is_floating(input.dtype()),
                "Gloo reduce_scatter: avg needs a floating dtype, got ", input.dtype());
     auto fn = reduce_function(input.dtype(), op);
-    return enqueue("reduce_scatter", [this, out = output, in = input, op, fn](uint32_t tag) {
+    return enqueue("reduce_scatter", input.dtype(), input.numel(), output.numel(), [this, out = output, in = input, op, fn](uint32_t tag) {
       run_reduce_scatter(out, in, fn, tag);
       if (op == ReduceOp::avg) divide(out.data_ptr(), out.dtype(), size_t(out.numel()), size());
     });
   }
 
   std::shared_ptr<Work> barrier() override {
-    return enqueue("barrier", [this](uint32_t tag) {
+    return enqueue("barrier", DType::u8, 0, 0, [this](uint32_t tag) {
       gloo::BarrierOptions o(context_);
       o.setTag(tag);
       o.setTimeout(options_.timeout_);
@@ -311,20 +320,33 @@ class GlooProcessGroup final : public ProcessGroup {
     }
   }
 
-  std::shared_ptr<Work> enqueue(const char* name, std::function<void(uint32_t)> run) {
+  std::shared_ptr<Work> enqueue(const char* name, DType dtype, int64_t numel_in, int64_t numel_out,
+                                std::function<void(uint32_t)> run) {
     auto work = std::make_shared<GlooWork>();
+    Job job{name, 0, Clock::now(), std::move(run), work};
     if (size() == 1) {
       // Nothing to wait for on one rank: the collective (a local copy at most) runs now, in the
-      // caller's thread, and its Work is complete when returned. Sequence numbers, errors and the
-      // broken state behave as on the worker.
-      std::lock_guard<std::mutex> lock(mutex_);
-      Job job{name, next_sequence_number(), std::move(run), work};
+      // caller's thread, and its Work is complete when returned. Sequence numbers, errors, the
+      // watchdog and the broken state behave as on the worker.
+      std::lock_guard<std::mutex> inline_lock(inline_mutex_);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        job.seq = next_sequence_number();
+      }
+      watchdog_->recorder().enqueued(job.seq, name, dtype, numel_in, numel_out);
       run_job(job);
       return work;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(Job{name, next_sequence_number(), std::move(run), work});
+      job.seq = next_sequence_number();
+      watchdog_->recorder().enqueued(job.seq, name, dtype, numel_in, numel_out);
+      if (!broken_.empty()) {
+        // Later collectives fail at once, even if the worker is still stuck in the failed one.
+        work->finish(not_run(job, broken_));
+        return work;
+      }
+      queue_.push_back(std::move(job));
     }
     cv_.notify_all();
     return work;
@@ -352,75 +374,143 @@ class GlooProcessGroup final : public ProcessGroup {
 
   // Runs one collective and completes its Work (on the worker, or inline on one rank).
   void run_job(Job& job) {
-    if (!broken_.empty()) {
-      job.work->finish(describe(job.name, job.seq) + " was not run: the process group failed earlier: " + broken_);
-      return;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (failing_ || !broken_.empty()) {
+        job.work->finish(not_run(job, wait_broken(lock)));
+        return;
+      }
+      current_ = CurrentJob{true, job.name, job.seq, job.issued, job.work};
+    }
+    watchdog_->maybe_inject(job.seq);  // KILN_FAULT_INJECT: a stall ends when the watchdog fails the group
+    std::string error;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (failing_ || !broken_.empty()) {
+        // The group failed meanwhile (the watchdog, while this job was held back): fail() finishes
+        // the job it reports with the report, this finishes any other (the first finish wins).
+        current_ = CurrentJob{};
+        job.run = nullptr;
+        job.work->finish(not_run(job, wait_broken(lock)));
+        return;
+      }
+    }
+    watchdog_->entered(job.seq);
+    watchdog_->recorder().started(job.seq);
+    try {
+      profiler::Range range(job.name, profiler::Category::comm, {"seq", int64_t(job.seq)});  // until completion
+      job.run(static_cast<uint32_t>(job.seq));
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "unknown error";
+    }
+    job.run = nullptr;  // the tensors it captured are released before wait() returns, not after
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      current_ = CurrentJob{};
+    }
+    if (error.empty()) {
+      watchdog_->recorder().completed(job.seq);
+      job.work->finish({});
+    } else {
+      fail(job.name, job.seq, job.work, error);
+    }
+  }
+
+  // The first failure's report, once fail() has written it (`lock` holds mutex_).
+  const std::string& wait_broken(std::unique_lock<std::mutex>& lock) {
+    cv_.wait(lock, [&] { return !broken_.empty(); });
+    return broken_;
+  }
+
+  // The watchdog's poll: fails the group when the oldest unfinished collective (running, held
+  // back, or queued behind a stuck one) passed its deadline.
+  void poll() {
+    const char* name = nullptr;
+    uint64_t seq = 0;
+    std::shared_ptr<GlooWork> work;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!broken_.empty() || failing_) return;
+      const auto now = Clock::now();
+      if (current_.active && now > current_.issued + options_.timeout_) {
+        name = current_.name, seq = current_.seq, work = current_.work;
+      } else if (!current_.active && !queue_.empty() && now > queue_.front().issued + options_.timeout_) {
+        name = queue_.front().name, seq = queue_.front().seq, work = queue_.front().work;
+      }
+    }
+    if (work)
+      fail(name, seq, work, detail::str_cat("timed out after ", options_.timeout_.count(),
+                                            " ms (the watchdog's deadline for every collective)"));
+  }
+
+  // The group's first failure: report it (naming the late ranks, dumping the flight recorder),
+  // close the connections so every peer's and this worker's collective ends now, and fail the
+  // Work of `seq` and every pending one. Later failures just cite the first.
+  void fail(const char* name, uint64_t seq, const std::shared_ptr<GlooWork>& work, const std::string& what) {
+    std::lock_guard<std::mutex> fail_lock(fail_mutex_);  // one report at a time
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!broken_.empty()) {
+        work->finish(describe(name, seq) + " failed after the process group failed: " + broken_);
+        return;
+      }
+      failing_ = true;
+    }
+    watchdog_->release();
+    watchdog_->recorder().failed(seq);
+    std::string message = watchdog_->report_failure(
+        name, seq,
+        detail::str_cat(describe(name, seq), " failed on rank ", rank(), " of ", size(), " (timeout ",
+                        options_.timeout_.count(), " ms): ", what));
+    std::vector<Job> pending;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      broken_ = message;
+      failing_ = false;
+      work->finish(message);  // before run_job, woken below, can finish it as "not run"
+      cv_.notify_all();       // run_job waits for the report (wait_broken)
+      if (current_.active && current_.work != work)
+        pending.push_back(Job{current_.name, current_.seq, current_.issued, nullptr, current_.work});
+      for (auto& j : queue_) pending.push_back(Job{j.name, j.seq, j.issued, nullptr, j.work});
     }
     try {
-      if (size() > 1) store_->set(progress_key(rank()), std::to_string(job.seq));  // no peer reads it on one rank
-      {
-        profiler::Range range(job.name, profiler::Category::comm, {"seq", int64_t(job.seq)});  // until completion
-        job.run(static_cast<uint32_t>(job.seq));
-        job.run = nullptr;  // the tensors it captured are released before wait() returns, not after
-      }
-      job.work->finish({});
+      context_->closeConnections();
     } catch (const std::exception& e) {
-      std::string message = describe(job.name, job.seq) + " failed on rank " + std::to_string(rank()) + " of " +
-                            std::to_string(size()) + " (timeout " + std::to_string(options_.timeout_.count()) +
-                            " ms): " + e.what() + "; " + late_ranks(job.seq);
-      broken_ = message;
-      job.run = nullptr;
-      job.work->finish(std::move(message));
+      std::fprintf(stderr, "kiln: closing the Gloo connections of rank %d failed: %s\n", rank(), e.what());
     }
+    for (auto& j : pending) j.work->finish(not_run(j, message));
+  }
+
+  static std::string not_run(const Job& job, const std::string& first_failure) {
+    return describe(job.name, job.seq) + " was not run: the process group failed earlier: " + first_failure;
   }
 
   static std::string describe(const char* name, uint64_t seq) {
     return std::string("Gloo ") + name + " (sequence number " + std::to_string(seq) + ")";
   }
 
-  // Note [Naming the late ranks]
-  // Before running collective N, the worker sets "progress/<rank>" = N in the store. When N fails
-  // (a Gloo timeout, or a peer's connection closing), the other ranks' progress says who never
-  // started N. A live peer may simply not have written its key yet when a closed connection
-  // fails us early, so we give the peers up to min(timeout, 1 s) to reach N before naming them.
-  std::string late_ranks(uint64_t seq) {
-    try {
-      auto deadline = Clock::now() + std::min<Millis>(options_.timeout_, std::chrono::seconds(1));
-      while (true) {
-        std::ostringstream late;
-        int count = 0;
-        for (int r = 0; r < size(); ++r) {
-          if (r == rank()) continue;
-          int64_t progress = -1;
-          if (store_->check(progress_key(r))) progress = std::stoll(store_->get_string(progress_key(r)));
-          if (progress >= static_cast<int64_t>(seq)) continue;
-          late << (count++ ? ", " : "") << "rank " << r;
-          if (progress < 0)
-            late << " (started no collective)";
-          else
-            late << " (last started sequence number " << progress << ")";
-        }
-        if (count == 0)
-          return "every rank started sequence number " + std::to_string(seq) +
-                 " (a peer failed inside it, or the ranks issued different collectives)";
-        if (Clock::now() >= deadline)
-          return "not reached by " + late.str();
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    } catch (const std::exception& e) {
-      return std::string("the peers' progress could not be read from the store: ") + e.what();
-    }
-  }
-
   std::shared_ptr<dist::Store> store_;
   GlooOptions options_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  std::mutex mutex_;
+  std::shared_ptr<Watchdog> watchdog_;
+  struct CurrentJob {
+    bool active = false;
+    const char* name = "";
+    uint64_t seq = 0;
+    Clock::time_point issued;
+    std::shared_ptr<GlooWork> work;
+  };
+  std::mutex mutex_;  // guards everything below but the threads
   std::condition_variable cv_;
   std::deque<Job> queue_;
+  CurrentJob current_;  // the job the worker (or the inline caller) took, until it ends
   bool stop_ = false;
-  std::string broken_;  // the first failure; only run_job reads and writes it (the worker, or under mutex_)
+  bool failing_ = false;  // fail() is reporting the first failure
+  std::string broken_;    // the first failure's report
+  std::mutex fail_mutex_;
+  std::mutex inline_mutex_;  // one rank: collectives from several threads run one at a time
   std::thread worker_;
 };
 

@@ -19,8 +19,8 @@ struct GlooOptions {
   GlooOptions& hostname(std::string h) { hostname_ = std::move(h); return *this; }
 };
 
-// Connects `size` ranks through `store` (keys "gloo/..." for Gloo's rendezvous, "progress/<rank>"
-// for the last sequence number each rank started). Blocks until every rank has connected.
+// Connects `size` ranks through `store` (keys "gloo/..." for Gloo's rendezvous, "watchdog/..." for
+// the heartbeats, parallel/watchdog.h). Blocks until every rank has connected.
 //
 // Tensors are CPU and contiguous; dtypes f32, f64, bf16, f16, i64, i32, u8. Reductions run in the
 // tensor's dtype (bf16/f16 element pairs are added in float and rounded, as NCCL does), so the
@@ -28,7 +28,13 @@ struct GlooOptions {
 // reduce_scatter is a ring (Note [Ring reduce-scatter]); allgather is Gloo's ring allgather.
 // Both take equal chunks, as NCCL's do; parallel/shard_layout.h pads sizes that do not divide.
 // A tensor handed to a collective must not be touched until its Work's wait() returns.
-// After a failure the group is broken: later collectives fail at once, citing the first failure.
+// Every collective must end within `timeout` of being issued: a watchdog thread fails the group
+// when the oldest one has not (Note [Watchdog]); a closed connection (a dead peer) fails it at
+// once. The failure (kiln::DistributedError, from every pending Work's wait()) names the
+// collective, its sequence number and the ranks that had not started it, and says where this
+// rank's flight recorder was dumped. After a failure the group is broken: later collectives fail
+// at once, citing the first failure. KILN_FAULT_INJECT (fault_injection.h) stalls or kills a rank
+// on purpose.
 std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                       const GlooOptions& options = {});
 

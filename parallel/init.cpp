@@ -48,20 +48,21 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
                                   .host(env.master_addr)
                                   .port(static_cast<uint16_t>(env.master_port))
                                   .is_server(env.rank == 0)
-                                  .timeout(options.timeout_));
-  store->set_timeout(options.timeout_);
+                                  .timeout(env.timeout));
+  store->set_timeout(env.timeout);
   if constexpr (cuda::kBuilt) {
     if (backend == "nccl") {
       // One device per local rank, as torchrun users set with torch.cuda.set_device(local_rank).
       int device = env.local_rank % cuda::device_count();
       cuda::set_device(device);
-      return with_debug_checks(make_nccl_process_group(store, env.rank, env.world_size,
-                                                       NcclOptions().timeout(options.timeout_).device(device)));
+      return with_debug_checks(make_nccl_process_group(
+          store, env.rank, env.world_size,
+          NcclOptions().timeout(env.timeout).device(device).blocking_wait(env.nccl_blocking_wait)));
     }
   }
   // KILN_DISTRIBUTED_DEBUG=DETAIL: every collective checked across ranks (checked_process_group.h).
   return with_debug_checks(make_gloo_process_group(
-      store, env.rank, env.world_size, GlooOptions().timeout(options.timeout_).hostname(gloo_hostname(env.master_addr))));
+      store, env.rank, env.world_size, GlooOptions().timeout(env.timeout).hostname(gloo_hostname(env.master_addr))));
 }
 
 }  // namespace kiln::dist

@@ -14,7 +14,9 @@ namespace kiln::dist {
 
 struct InitOptions {
   std::string backend_ = "auto";  // "auto" (nccl with a usable CUDA device, else gloo), "gloo", "nccl"
-  KILN_ARG(Millis, timeout) = kDefaultTimeout;  // rendezvous and every collective
+  // Rendezvous and every collective's deadline (the watchdog's, Note [Watchdog]); 0: the
+  // environment's KILN_DIST_TIMEOUT (seconds), else 5 minutes.
+  KILN_ARG(Millis, timeout) = Millis(0);
   KILN_ARG(int, rank) = -1;                     // -1: from the environment
   KILN_ARG(int, world_size) = -1;               // -1: from the environment
   std::string master_addr_;           // empty: MASTER_ADDR
@@ -30,13 +32,17 @@ struct EnvInfo {
   std::string master_addr;
   int master_port = 0;
   std::string launcher;  // "torchrun" (RANK, also kiln-run), "slurm" or "mpi"; "options" when all given
+  Millis timeout = kDefaultTimeout;  // options.timeout, else KILN_DIST_TIMEOUT, else 5 minutes
+  bool nccl_blocking_wait = false;   // KILN_NCCL_BLOCKING_WAIT=1: NCCL waits block the host
 };
 
 // Where this process sits in the job. The rank variables come from the first launcher found:
 //   kiln-run / torchrun:  RANK, WORLD_SIZE, LOCAL_RANK (LOCAL_RANK defaults to RANK when absent)
 //   SLURM srun:           SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
 //   Open MPI mpirun:      OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
-// and MASTER_ADDR / MASTER_PORT always. Fields set in `options` win over the environment.
+// and MASTER_ADDR / MASTER_PORT always, KILN_DIST_TIMEOUT (seconds, e.g. "30" or "2.5") and
+// KILN_NCCL_BLOCKING_WAIT ("1": like TORCH_NCCL_BLOCKING_WAIT) when set. Fields set in `options`
+// win over the environment.
 // A missing or malformed variable is a kiln::Error naming it and how to launch.
 EnvInfo read_env(const InitOptions& options = {});
 

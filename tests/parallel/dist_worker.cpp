@@ -276,6 +276,28 @@ bool kill(const std::shared_ptr<ProcessGroup>& pg) {
   return false;
 }
 
+// Run with KILN_FAULT_INJECT=stall:rank=1:seq=N and a short KILN_DIST_TIMEOUT (dist_stall.sh):
+// training must stop on every rank with a DistributedError from the watchdog, and main() then
+// returns normally, destroying the trainer and the group (which must not wait out any timeout).
+bool stall(const std::shared_ptr<ProcessGroup>& pg) {
+  ::signal(SIGTERM, SIG_IGN);  // as in kill(): let every rank report before kiln-run stops it
+  auto net = on_device(std::make_shared<Net>(seed_for_rank(pg->rank())));
+  Trainer trainer(net, adamw(*net), pg, TrainerOptions().ddp(small_buckets()));
+  try {
+    for (int step = 0; step < 50; ++step)
+      trainer.step([&](int) { return rows_loss(*net, step, pg->rank() * 3, 3, 3 * pg->size()); });
+  } catch (const DistributedError& e) {
+    const bool named = std::strstr(e.what(), "not reached by rank 1") != nullptr &&
+                       std::strstr(e.what(), "flight recorder: ") != nullptr;
+    std::printf("rank %d failed %s: %s\n", pg->rank(), named ? "as expected, naming rank 1" : "WITHOUT naming rank 1",
+                e.what());
+    std::fflush(nullptr);
+    return named;  // main() reports "passed" and exits 0 only if it named rank 1
+  }
+  std::printf("FAIL: rank %d finished every step although rank 1 stalled\n", pg->rank());
+  return false;
+}
+
 // Every collective of the group, in several dtypes, against values computed on the host:
 // rank r contributes (r + 1) * (i + 1) at element i.
 bool collectives(const std::shared_ptr<ProcessGroup>& pg) {
@@ -402,6 +424,7 @@ const std::map<std::string, std::function<bool(const std::shared_ptr<ProcessGrou
     {"mismatch", mismatch},
     {"batchnorm", batchnorm},
     {"kill", kill},
+    {"stall", stall},
     {"order_check", order_check},
 };
 
@@ -422,7 +445,8 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   try {
-    Millis timeout = scenario == "kill" ? Millis(10000) : Millis(60000);
+    // stall: KILN_DIST_TIMEOUT decides (InitOptions' 0 reads it).
+    Millis timeout = scenario == "kill" ? Millis(10000) : scenario == "stall" ? Millis(0) : Millis(60000);
     if (cuda_run) {
       const char* one_gpu = std::getenv("KILN_TEST_ONE_GPU");
       const char* rank = std::getenv("RANK");

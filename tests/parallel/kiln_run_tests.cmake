@@ -31,6 +31,12 @@ add_test(NAME parallel_dist_kill
          COMMAND /bin/sh ${CMAKE_CURRENT_SOURCE_DIR}/parallel/dist_kill.sh $<TARGET_FILE:kiln-run>
                  $<TARGET_FILE:dist_worker>)
 list(APPEND _dist_tests parallel_dist_kill)
+# Rank 1 stalls at collective 8 with KILN_DIST_TIMEOUT=3: both ranks fail naming it and exit
+# within 10 s, leaving their flight recorders (the watchdog, parallel/watchdog.h).
+add_test(NAME parallel_dist_stall
+         COMMAND /bin/sh ${CMAKE_CURRENT_SOURCE_DIR}/parallel/dist_stall.sh $<TARGET_FILE:kiln-run>
+                 $<TARGET_FILE:dist_worker>)
+list(APPEND _dist_tests parallel_dist_stall)
 set_tests_properties(${_dist_tests} PROPERTIES LABELS "${_kiln_run_labels}" TIMEOUT 60)
 
 # The same scenarios on the GPU over NCCL (label gpu): two ranks sharing one device, each posing
