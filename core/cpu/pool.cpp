@@ -7,6 +7,9 @@
 #include <algorithm>
 #if defined(__AVX512F__)
 #include <immintrin.h>
+// GCC 12 reports false maybe-uninitialized warnings inside its AVX-512 intrinsics (the masked
+// builtins' unused pass-through operand), as it does inside Eigen's.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <atomic>
 #include <cmath>

@@ -52,6 +52,9 @@ case("gelu", nn.GELU(), torch.randn(5, 6))
 case("gelu_tanh", nn.GELU(approximate="tanh"), torch.randn(5, 6))
 case("relu", nn.ReLU(), torch.randn(5, 6))
 case("conv2d", nn.Conv2d(3, 4, 3, stride=2, padding=1), torch.randn(2, 3, 9, 9))
+# 64 -> 64 channels, 3x3, stride 1: the shape Kiln's oneDNN path runs with Winograd kernels (the
+# f32 case of test_parity_layers.cpp).
+case("conv2d_wide", nn.Conv2d(64, 64, 3, padding=1), torch.randn(2, 64, 8, 8))
 case("batch_norm2d", nn.BatchNorm2d(4), torch.randn(3, 4, 5, 5))
 case("batch_norm2d_eval", nn.BatchNorm2d(4), torch.randn(3, 4, 5, 5), train=False)
 case("max_pool2d", nn.MaxPool2d(2), torch.randn(2, 3, 6, 6))

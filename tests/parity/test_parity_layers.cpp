@@ -73,6 +73,27 @@ TEST_CASE("every layer matches PyTorch forward and backward (f64)") {
   MESSAGE("compared ", compared, " layers with torch ", file.metadata["torch"]);
 }
 
+TEST_CASE("a wide 3x3 conv2d matches PyTorch in f32") {
+  // With oneDNN this layer runs its Winograd kernels (Note [oneDNN Winograd] in
+  // core/cpu/onednn/conv.cpp), which round differently from a direct sum; parity_layers_plain runs
+  // it on Kiln's im2col kernels. The tolerance is the f32 CNN parity's (test_parity_cnn.cpp).
+  SafetensorsFile file = test::load_oracle("parity_layers.safetensors");
+  const std::string p = "conv2d_wide.";
+  auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(64, 64, 3).padding(1));
+  conv->to(DType::f64);
+  conv->load_state_dict(test::with_prefix(file, p + "param."), /*strict=*/true);
+  conv->to(DType::f32);
+  Tensor x = file.at(p + "input").to(DType::f32);
+  x.requires_grad_();
+  Tensor y = conv->forward(x);
+  const double tol = 1e-4;
+  test::check_rel(y, file.at(p + "out"), tol, "conv2d_wide out");
+  y.backward(file.at(p + "grad_out").to(DType::f32));
+  test::check_rel(x.grad(), file.at(p + "grad_input"), tol, "conv2d_wide grad_input");
+  for (auto& [pname, param] : conv->named_parameters())
+    test::check_rel(param.grad(), file.at(p + "grad." + pname), tol, "conv2d_wide grad " + pname);
+}
+
 TEST_CASE("losses match PyTorch (f64)") {
   SafetensorsFile file = test::load_oracle("parity_layers.safetensors");
   struct LossCase { const char* name; std::function<Tensor(const Tensor&, const Tensor&)> fn; };
