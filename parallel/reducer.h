@@ -34,6 +34,7 @@ struct ReducerOptions {
 // finish_gradient_synchronization(), which the Trainer calls before every optimizer step) then
 // either treats it as a zero contribution (find_unused_parameters) or throws naming it. finish() is
 // cheap and idempotent, so the rule for callers is simply: call it after backward, before the step.
+// (static_graph's first synced backward is always completed by finish(): Note [Static graph].)
 // An iteration starts with the first hook of a synced backward; under no_sync (require sync off)
 // hooks only keep the bucket views in place and gradients accumulate in .grad.
 class Reducer : public std::enable_shared_from_this<Reducer> {

@@ -1,0 +1,84 @@
+// Issue #20's device paths on NCCL, one rank per visible GPU (up to 4): the DETAIL check layer
+// (CheckedProcessGroup) all-gathers its descriptions on the GPU and still reduces correctly, and
+// names a size mismatch (2+ GPUs); PowerSGD on CUDA buckets (Householder QR on the device) at full
+// rank reproduces the average the CPU computes here. Needs a GPU: exits 77 (skipped) without one.
+#include "parallel/ddp_fixtures.h"
+#include "parallel/temp_dir.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/parallel/checked_process_group.h>
+#include <kiln/parallel/file_store.h>
+#include <kiln/parallel/nccl_process_group.h>
+#include <kiln/parallel/powersgd_hook.h>
+
+using namespace kiln;
+using kiln::test::expect;
+using kiln::test::expect_values;
+
+namespace {
+
+double contribution(int r, int64_t i) { return double((r * 5 + i * 3) % 7) - 3.0 + 0.25 * r; }
+
+// CUDA must not be initialized in the parent before the ranks fork: ask a child how many GPUs.
+int visible_gpus() {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(cuda::is_available() ? std::min(cuda::device_count(), 4) : 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+}  // namespace
+
+TEST_CASE("NCCL: DETAIL checks on the GPU, and full-rank PowerSGD on CUDA buckets equals the average") {
+  const int world = visible_gpus();
+  if (world == 0) {
+    std::printf("SKIPPED: no usable CUDA device\n");
+    std::exit(77);
+  }
+  test::TempDir dir("kiln_nccl_detail");
+  const std::string path = dir.path;
+  test::run_ranks(world, [&](dist::ProcessGroup& gloo) {
+    const int r = gloo.rank();
+    auto store = dist::make_file_store(path, world);
+    auto nccl = dist::make_nccl_process_group(store, r, world, dist::NcclOptions().device(r).blocking_wait(true));
+    auto checked = std::make_shared<dist::CheckedProcessGroup>(nccl);
+    const Device dev = Device::cuda(r);
+
+    // A bucket of a (6, 4) matrix and a (3) vector: 27 elements, this rank's contributions.
+    const int64_t n = 27;
+    std::vector<double> in(size_t(n)), mean(size_t(n), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      in[size_t(i)] = contribution(r, i);
+      for (int q = 0; q < world; ++q) mean[size_t(i)] += contribution(q, i) / world;
+    }
+    Tensor t = from_vector(in, {n}).to(dev);
+    ops::mul_(t, 1.0 / world);
+    checked->allreduce(t)->wait();
+    expect_values(t.to(Device::cpu()), mean, 1e-6, "checked all-reduce on the GPU");
+    expect(checked->collectives_checked() == 1, "checked");
+
+    auto state = std::make_shared<dist::PowerSGDState>(
+        dist::PowerSGDOptions().matrix_approximation_rank(4).min_compression_rate(0).start_powerSGD_iter(2));
+    dist::GradBucket bucket;
+    bucket.is_last = true;
+    bucket.parameters = {empty({6, 4}, TensorOptions(DType::f32).device(dev)), empty({3}, TensorOptions(DType::f32).device(dev))};
+    bucket.offsets = {0, 24};
+    for (int call = 0; call < 4; ++call) {
+      bucket.buffer = from_vector(in, {n}).to(dev);
+      dist::powersgd_hook(*state, *checked, bucket)->wait();
+      expect_values(bucket.buffer.to(Device::cpu()), mean, 1e-5, "full-rank PowerSGD on CUDA, call " + std::to_string(call));
+    }
+    expect(state->q(0).defined() && state->q(0).device() == dev, "PowerSGD ran on the device");
+
+    if (world > 1) {
+      Tensor bad = zeros({r == 0 ? 10 : 12}, TensorOptions(DType::f32).device(dev));
+      std::string msg = test::error_of([&] { checked->allreduce(bad)->wait(); }, "size mismatch on NCCL");
+      test::expect_contains(msg, "allreduce(sum) of 10 f32 [10]", "rank 0's");
+      test::expect_contains(msg, "allreduce(sum) of 12 f32 [12]", "rank 1's");
+    }
+  });
+}
