@@ -31,6 +31,7 @@ struct FsdpSpec {
   std::vector<std::string> wrap = {"Linear"};  // fc1, fc2, fc3 are the units; the root holds nothing
   bool prefetch = true;
   bool recompute = false;
+  Device device = Device::cpu();  // where the model and the batches live (CUDA: an NCCL group)
 };
 
 // The model's full parameters, gathered and released again (collective).
@@ -48,6 +49,7 @@ inline ZeroRun train_fsdp(dist::ProcessGroup& pg, const ZeroSpec& s, const FsdpS
   auto group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
   auto net = std::make_shared<FsdpNet>(seed_for_rank(pg.rank()), s.net);  // rank 0's broadcast must win
   net->recompute = f.recompute;
+  net->to(f.device);
   const auto adamw = optim::AdamWOptions(1e-2).weight_decay(0.1);
   optim::AdamW like(net->parameters(), adamw);
   auto fsdp = dist::FullyShardedDataParallel::create(net, like, group,
@@ -62,6 +64,8 @@ inline ZeroRun train_fsdp(dist::ProcessGroup& pg, const ZeroSpec& s, const FsdpS
     double loss_sum = 0;
     for (int m = 0; m < s.accum; ++m) {
       auto [x, y] = batch_rows(rows, step, (int64_t(m) * world + pg.rank()) * s.batch, s.batch, total);
+      x = x.to(f.device);
+      y = y.to(f.device);
       fsdp->set_require_backward_grad_sync(m + 1 == s.accum);
       fsdp->prepare_forward();
       Tensor loss;
