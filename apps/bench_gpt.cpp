@@ -12,7 +12,7 @@
 //                  on the hooks' cost when profiling is off (issue #22: goal <= 1%).
 //   --profile FILE --profile-steps A:B: a Chrome trace of the Kiln side's steps A..B-1 of the first
 //                  config (warm-up steps count from 0).
-//   --sharding none,zero1,zero2: Kiln alone, the step through dist::Trainer in each sharding mode on
+//   --sharding none,zero1,zero2,full: Kiln alone, the step through dist::Trainer in each sharding mode on
 //                  --world forked CPU ranks (Gloo), next to DDP (none): ms/step and bytes/param.
 #include <CLI/CLI.hpp>
 
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
                "same step inside a profiling session (two models stepped in turn), and the off-cost bound");
   apps::add_profile_flags(app, a.profile);
   app.add_option("--sharding", a.sharding, "Kiln only: time the Trainer's step in these sharding modes (none = DDP, "
-                 "zero1, zero2) on --world forked CPU ranks, e.g. --sharding none,zero1,zero2 (default config "
+                 "zero1, zero2, full = FSDP with a unit per block) on --world forked CPU ranks, e.g. --sharding none,zero1,zero2 (default config "
                  "gpt-tiny, B=4 T=64 per rank)")->delimiter(',')->check(CLI::IsMember({"none", "zero1", "zero2", "full"}));
   app.add_option("--world", a.world, "ranks for --sharding")->check(CLI::Range(1, 16))->capture_default_str();
   app.add_flag("--bucket-view", a.bucket_view, "with --ddp-overhead: DDPOptions().gradient_as_bucket_view(true)");

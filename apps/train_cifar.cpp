@@ -48,6 +48,7 @@ struct Args {
   std::string dtype = "fp32";
   std::string device = "cpu";
   std::string backend = "auto";
+  std::string sharding = "none";
   int64_t workers = 2;
   uint64_t seed = 0;
   std::string checkpoint_dir;
@@ -101,6 +102,10 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--sync-bn", a.sync_bn, "SyncBatchNorm: batch statistics over every rank's images together "
                                       "(dist::convert_sync_batchnorm; no effect alone)");
+  app.add_option("--sharding", a.sharding, "data parallel sharding: none (DDP), zero1 (optimizer state sharded), "
+                 "zero2 (and gradients), full (FSDP: parameters too, each conv group a unit and the head in the root); "
+                 "BatchNorm buffers are never sharded: rank 0's are broadcast before each forward in every mode")
+      ->check(CLI::IsMember({"none", "zero1", "zero2", "full"}))->capture_default_str();
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (fresh start when there is none)");
   app.add_option("--stop-after-epoch", a.stop_after_epoch, "end the run after this epoch as if interrupted (the LR "
                                                            "schedule still spans --epochs); 0 = run to the end")
@@ -149,7 +154,9 @@ int run(const Args& a) {
   model->to(device);
   auto optimizer = apps::make_cifar_optimizer({a.optimizer, a.lr, a.momentum, a.weight_decay}, model->parameters());
   dist::Trainer trainer(model, optimizer, job.group,
-                        dist::TrainerOptions().amp(amp).log_every(a.log_every).grad_accum_steps(a.grad_accum),
+                        dist::TrainerOptions().amp(amp).log_every(a.log_every).grad_accum_steps(a.grad_accum)
+                            .sharding(dist::parse_sharding(a.sharding))
+                            .fsdp(dist::FSDPOptions().wrap({"CifarConvGroup"})),
                         apps::make_cifar_schedule(a.schedule, warmup, total_steps));
 
   int64_t start_epoch = 0;

@@ -103,10 +103,11 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
   app.add_flag("--recompute", a.recompute, "activation checkpointing: keep only each block's input and re-run the "
                "block in backward (about 1/3 more compute, far less activation memory; same results)");
   app.add_option("--sharding", a.sharding, "data parallel sharding: none (DDP), zero1 (AdamW state sharded, "
-                 "ZeroRedundancyOptimizer), zero2 (state and gradients sharded: reduce-scatter per bucket); full "
-                 "(FSDP) is not implemented yet")->check(CLI::IsMember({"none", "zero1", "zero2", "full"}))
+                 "ZeroRedundancyOptimizer), zero2 (state and gradients sharded: reduce-scatter per bucket), full "
+                 "(FSDP: parameters sharded too, each transformer block a unit gathered before its forward and "
+                 "backward)")->check(CLI::IsMember({"none", "zero1", "zero2", "full"}))
       ->capture_default_str();
-  app.add_flag("--sharded-checkpoints", a.sharded_checkpoints, "with zero1/zero2: every rank writes its optimizer "
+  app.add_flag("--sharded-checkpoints", a.sharded_checkpoints, "with zero1/zero2/full: every rank writes its optimizer "
                "shard next to the checkpoint (rank 0 the index) instead of rank 0 writing the gathered state; "
                "either kind resumes at any world size and sharding");
   app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
@@ -172,7 +173,8 @@ int run(Args a) {
                                    .sharding(dist::parse_sharding(a.sharding))
                                    .sharded_checkpoints(a.sharded_checkpoints)
                                    .checkpoint_cursor([&] { return train_loader.cursor(); })
-                                   .ddp(dist::DDPOptions().bucket_cap_mb(a.bucket_cap_mb));
+                                   .ddp(dist::DDPOptions().bucket_cap_mb(a.bucket_cap_mb))
+                                   .fsdp(dist::FSDPOptions().wrap({"GPTBlock"}));  // --sharding full's units
   if (!a.checkpoint_dir.empty())
     topts.checkpoint_dir(a.checkpoint_dir).checkpoint_every(static_cast<int>(a.checkpoint_every));
   dist::Trainer trainer(model, optimizer, job.group, topts,
@@ -255,8 +257,10 @@ int run(Args a) {
       report.train(line, report.elapsed() / double(step + 1 - first_step) * double(end_step - step - 1));
       window_seconds = 0, window_tokens = 0;
     }
-    if (val_loader && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps))
+    if (val_loader && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps)) {
+      if (trainer.fsdp()) trainer.sync_buffers();  // FSDP: gathers the root unit the forward reads first
       report.eval(step + 1, apps::validation_loss(*model, *val_loader, eval_batches, amp, device, job.group));
+    }
   }
 
   profiler.finish();

@@ -30,10 +30,20 @@ struct ByNewest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
 
+thread_local int backward_depth = 0;
+
+struct BackwardDepth {
+  BackwardDepth() { ++backward_depth; }
+  ~BackwardDepth() { --backward_depth; }
+};
+
 }  // namespace
+
+bool in_backward() { return backward_depth > 0; }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   KILN_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " tensors but ", grads.size(), " gradients");
+  BackwardDepth depth;
   NoGradGuard no_grad;  // backward formulas are not recorded (no double backward)
   profiler::Range whole("backward", profiler::Category::step);
 

@@ -12,4 +12,9 @@ namespace kiln::autograd {
 // a one-element root). Frees each node's saved tensors after it runs unless retain_graph.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph = false);
 
+// Whether this thread is inside backward() (nested ones included: checkpoint's recompute runs its
+// forward, and a backward, inside the outer one). FSDP keeps a unit gathered after a recomputed
+// forward by it.
+bool in_backward();
+
 }  // namespace kiln::autograd

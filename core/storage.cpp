@@ -35,8 +35,23 @@ void set_allocator(DeviceType type, Allocator* allocator) { allocator_slot(type)
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   Allocator* a = get_allocator(device.type);
   void* p = a->allocate_on(nbytes, device);
-  return std::make_shared<Storage>(p, nbytes, device,
-                                   [a, nbytes, device](void* q) { a->deallocate_on(q, nbytes, device); });
+  auto s = std::make_shared<Storage>(p, nbytes, device,
+                                     [a, nbytes, device](void* q) { a->deallocate_on(q, nbytes, device); });
+  s->allocator_ = a;
+  return s;
+}
+
+void Storage::resize(size_t nbytes) {
+  KILN_CHECK(allocator_ != nullptr, "Storage::resize: only storages from Storage::allocate can be resized (this one "
+             "holds ", nbytes_, " bytes on ", device_.str(), (pinned_ ? ", pinned" : ", wrapped"), ")");
+  if (nbytes == nbytes_) return;
+  Allocator* a = allocator_;
+  const Device device = device_;
+  void* fresh = nbytes == 0 ? nullptr : a->allocate_on(nbytes, device);  // may throw: nothing changed yet
+  if (deleter_) deleter_(data_);
+  data_ = fresh;
+  nbytes_ = nbytes;
+  deleter_ = nbytes == 0 ? Deleter() : Deleter([a, nbytes, device](void* q) { a->deallocate_on(q, nbytes, device); });
 }
 
 std::shared_ptr<Storage> Storage::allocate_pinned(size_t nbytes) {

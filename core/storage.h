@@ -55,11 +55,20 @@ class Storage {
   Device device() const { return device_; }
   bool is_pinned() const { return pinned_; }
 
+  // torch's UntypedStorage::resize_ for the bytes of an allocator-owned storage (Storage::allocate):
+  // 0 releases them, any other size gets fresh, uninitialised ones from the same allocator (the old
+  // bytes are dropped, not copied). Every tensor viewing the storage keeps its shape and sees the new
+  // bytes, so FSDP frees a gathered parameter while the autograd graph still holds views of it, and
+  // refills it before they are read again (Note [FSDP unit storage], parallel/fsdp.h). Reading a view
+  // while its storage is released is an error of the caller. Not synchronised.
+  void resize(size_t nbytes);
+
  private:
   void* data_;
   size_t nbytes_;
   Device device_;
   Deleter deleter_;
+  Allocator* allocator_ = nullptr;  // set by allocate(): what resize() takes bytes from
   bool pinned_ = false;
 };
 

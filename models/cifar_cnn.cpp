@@ -56,7 +56,7 @@ Tensor CifarCnn::forward(const Tensor& images) {
              "CifarCnn: expected images (N, ", config_.in_channels_, ", H, W) with H and W multiples of ", div,
              ", got ", images.shape());
   Tensor h = images;
-  for (size_t i = 0; i < groups->size(); ++i) h = groups->at<CifarConvGroup>(i)->forward(h);
+  for (size_t i = 0; i < groups->size(); ++i) h = nn::call(*groups->at<CifarConvGroup>(i), h);  // forward hooks: FSDP units
   // Global pool over H and W: (N, C, h, w) -> (N, C).
   h = config_.pool_ == CifarPool::max ? kiln::amax(h, {2, 3}) : kiln::mean(h, {2, 3});
   Tensor logits = head->forward(h);

@@ -193,9 +193,10 @@ Tensor GPT::forward(const Tensor& idx) {
     GPTBlock* block = static_cast<GPTBlock*>(module.get());
     if (recompute_ && grad_mode_enabled()) {
       // The block lives as long as the model, which must outlive the backward pass.
-      x = autograd::checkpoint([block](const Tensor& in) { return block->forward(in); }, x, {dropout_gen_.get()});
+      // nn::call runs the block's forward hooks (an FSDP unit gathers there), in the recompute too.
+      x = autograd::checkpoint([block](const Tensor& in) { return nn::call(*block, in); }, x, {dropout_gen_.get()});
     } else {
-      x = block->forward(x);
+      x = nn::call(*block, x);
     }
   }
   x = transformer->ln_f->forward(x);

@@ -3,6 +3,7 @@
 // zero_grad and state_dict/load_state_dict. Modules are held by std::shared_ptr (never copied).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -85,6 +86,21 @@ class Module : public std::enable_shared_from_this<Module> {
   // Prints the tree: Name(extra_repr) with one indented "(child): ..." line per child.
   void print(std::ostream& os, int indent = 0) const;
 
+  // Forward hooks (torch's register_forward_pre_hook / register_forward_hook), run in registration
+  // order. Kiln's forward()s are not virtual and differ in signature, so the hooks run where the
+  // module is called through nn::call(module, args...) (torch's `module(args)`): GPT calls its
+  // blocks so and CifarCnn its conv groups, which is what lets FSDP wrap them (parallel/fsdp.h).
+  using ForwardPreHook = std::function<void(Module&)>;
+  using ForwardHook = std::function<void(Module&, const Tensor& output)>;
+  void register_forward_pre_hook(ForwardPreHook hook) { forward_pre_hooks_.push_back(std::move(hook)); }
+  void register_forward_hook(ForwardHook hook) { forward_hooks_.push_back(std::move(hook)); }
+  void run_forward_pre_hooks() {
+    for (auto& h : forward_pre_hooks_) h(*this);
+  }
+  void run_forward_hooks(const Tensor& output) {
+    for (auto& h : forward_hooks_) h(*this, output);
+  }
+
  private:
   void register_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name, const char* what) const;
@@ -98,7 +114,18 @@ class Module : public std::enable_shared_from_this<Module> {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::vector<ForwardPreHook> forward_pre_hooks_;
+  std::vector<ForwardHook> forward_hooks_;
 };
+
+// module.forward(args...) between the module's forward pre-hooks and forward hooks.
+template <class M, class... Args>
+Tensor call(M& module, Args&&... args) {
+  module.run_forward_pre_hooks();
+  Tensor out = module.forward(std::forward<Args>(args)...);
+  module.run_forward_hooks(out);
+  return out;
+}
 
 std::ostream& operator<<(std::ostream& os, const Module& module);
 

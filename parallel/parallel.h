@@ -1,5 +1,5 @@
 // kiln/parallel: the Store, process groups (Gloo), init_process_group, DistributedDataParallel,
-// sharded data parallel (ZeRO-1/2),
+// sharded data parallel (ZeRO-1/2, FSDP),
 // the data-parallel Trainer and the launcher logic behind kiln-run.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <kiln/parallel/debug_level.h>
 #include <kiln/parallel/ddp.h>
 #include <kiln/parallel/file_store.h>
+#include <kiln/parallel/fsdp.h>
 #include <kiln/parallel/gloo_process_group.h>
 #include <kiln/parallel/init.h>
 #include <kiln/parallel/launcher.h>

@@ -22,7 +22,32 @@ ShardLayout::ShardLayout(const std::vector<Tensor>& tensors, int rank, int world
              world_size, ")");
   std::vector<size_t> reverse(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) reverse[i] = tensors.size() - 1 - i;
-  auto groups = compute_bucket_assignment(tensors, reverse, first_bucket_cap_bytes, bucket_cap_bytes);
+  build(tensors, compute_bucket_assignment(tensors, reverse, first_bucket_cap_bytes, bucket_cap_bytes));
+}
+
+ShardLayout::ShardLayout(const std::vector<Tensor>& tensors, int rank, int world_size,
+                         std::vector<std::vector<size_t>> buckets)
+    : rank_(rank), world_(world_size) {
+  KILN_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "ShardLayout: rank ", rank, " is not in [0, ",
+             world_size, ")");
+  std::vector<int> seen(tensors.size(), 0);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    KILN_CHECK(!buckets[b].empty(), "ShardLayout: explicit bucket ", b, " is empty");
+    for (size_t i : buckets[b]) {
+      KILN_CHECK(i < tensors.size(), "ShardLayout: explicit bucket ", b, " names tensor ", i, " of ", tensors.size());
+      KILN_CHECK(seen[i]++ == 0, "ShardLayout: tensor ", i, " is in two explicit buckets");
+      KILN_CHECK(tensors[i].dtype() == tensors[buckets[b].front()].dtype() &&
+                     tensors[i].device() == tensors[buckets[b].front()].device(),
+                 "ShardLayout: explicit bucket ", b, " mixes dtypes or devices (tensor ", i, ")");
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    KILN_CHECK(seen[i] == 1, "ShardLayout: tensor ", i, " is in no explicit bucket");
+  build(tensors, std::move(buckets));
+}
+
+void ShardLayout::build(const std::vector<Tensor>& tensors, std::vector<std::vector<size_t>> groups) {
+  const int world_size = world_, rank = rank_;
   bucket_of_.assign(tensors.size(), 0);
   pieces_.assign(tensors.size(), ShardPiece{});
   for (size_t b = 0; b < groups.size(); ++b) {

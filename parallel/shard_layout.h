@@ -45,6 +45,8 @@ class ShardLayout {
   // them for DDP from `tensors` (reverse order, first cap then cap, one dtype/device per bucket).
   ShardLayout(const std::vector<Tensor>& tensors, int rank, int world_size, size_t first_bucket_cap_bytes,
               size_t bucket_cap_bytes);
+  // Explicit buckets (FSDP units): `buckets` lists tensor indices per bucket, every index exactly once.
+  ShardLayout(const std::vector<Tensor>& tensors, int rank, int world_size, std::vector<std::vector<size_t>> buckets);
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }
@@ -61,6 +63,8 @@ class ShardLayout {
   static std::pair<int64_t, int64_t> owned_range(int64_t numel, int64_t chunk, int rank);
 
  private:
+  void build(const std::vector<Tensor>& tensors, std::vector<std::vector<size_t>> groups);
+
   int rank_ = 0, world_ = 1;
   std::vector<ShardBucket> buckets_;
   std::vector<size_t> bucket_of_;

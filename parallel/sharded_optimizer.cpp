@@ -48,8 +48,11 @@ ShardedOptimizer::ShardedOptimizer(std::vector<std::vector<Tensor>> groups, std:
     }
     add_params(groups[g]);  // checks: leaves, f32/f64, no duplicates
   }
-  layout_ = ShardLayout(flat_params_, group_->rank(), group_->size(), mib_to_bytes(options.first_bucket_cap_mb_),
-                        mib_to_bytes(options.bucket_cap_mb_));
+  gather_parameters_ = options.gather_parameters_;
+  layout_ = options.buckets_.empty()
+                ? ShardLayout(flat_params_, group_->rank(), group_->size(), mib_to_bytes(options.first_bucket_cap_mb_),
+                              mib_to_bytes(options.bucket_cap_mb_))
+                : ShardLayout(flat_params_, group_->rank(), group_->size(), options.buckets_);
   const Tensor& first = flat_params_.front();
   const TensorOptions to = TensorOptions(first.dtype()).device(first.device());
   local_params_ = zeros({layout_.local_numel()}, to);
@@ -122,14 +125,16 @@ void ShardedOptimizer::pack_local_params() {
 }
 
 void ShardedOptimizer::step(const Tensor& found_inf) {
-  pack_local_params();  // the parameters are the truth: a broadcast or a loaded checkpoint changed them
+  // ZeRO-1/2: the parameters are the truth (a broadcast or a loaded checkpoint changed them).
+  // FSDP: they are released between uses; local_params_ is the truth.
+  if (gather_parameters_) pack_local_params();
   set_shard_grads();
   inner_->step(found_inf);
   // The shard views' .grad alias the full gradients or local_grad: drop them with the step.
   for (const Tensor& v : shard_views_)
     if (v.defined()) v.set_grad(Tensor());
   local_grad_ready_ = false;
-  gather_parameters();
+  if (gather_parameters_) gather_parameters();
   has_consolidated_ = false;
   consolidated_.clear();
 }

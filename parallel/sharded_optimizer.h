@@ -20,6 +20,12 @@ namespace kiln::dist {
 struct ShardedOptimizerOptions {
   KILN_ARG(double, bucket_cap_mb) = 25;       // the flat buckets that are sharded (DDPOptions' units)
   KILN_ARG(double, first_bucket_cap_mb) = 1;
+  // Explicit buckets instead of the caps: flat parameter indices (registration order over the
+  // groups) per bucket, each index once. FSDP makes one bucket per unit (parallel/fsdp.h).
+  KILN_ARG(std::vector<std::vector<size_t>>, buckets);
+  // false (FSDP): the parameters are not kept whole between steps, so step() neither reads them
+  // (local_params() is the truth) nor all-gathers them afterwards; each unit gathers before use.
+  KILN_ARG(bool, gather_parameters) = true;
 };
 
 // Note [Sharded optimizer step]
@@ -79,6 +85,7 @@ class ShardedOptimizer : public optim::Optimizer {
   void set_local_grad_ready(bool ready) { local_grad_ready_ = ready; }
   // This rank's parameter chunks, updated by the wrapped optimizer.
   const Tensor& local_params() const { return local_params_; }
+  bool gathers_parameters() const { return gather_parameters_; }
 
   // torch.nn.utils.clip_grad_norm_ over every parameter, computed from the shards: each rank sums
   // the squares of the gradient elements it owns (in double), one all-reduce adds the ranks'
@@ -135,6 +142,7 @@ class ShardedOptimizer : public optim::Optimizer {
   std::unique_ptr<optim::Optimizer> inner_;
   bool use_local_grad_ = false;
   bool local_grad_ready_ = false;
+  bool gather_parameters_ = true;
   optim::NamedTensors consolidated_;
   bool has_consolidated_ = false;
 };

@@ -15,7 +15,7 @@ enum class Sharding {
   none,   // DDP: parameters, gradients and optimizer state replicated
   zero1,  // optimizer state sharded (ShardedOptimizer over DDP's all-reduced gradients)
   zero2,  // optimizer state and gradients sharded (ShardedReducer's reduce-scatter per bucket)
-  full,   // FSDP / ZeRO-3: parameters sharded too (not implemented yet: the Trainer refuses it)
+  full,   // FSDP / ZeRO-3: parameters sharded too (FullyShardedDataParallel, fsdp.h)
 };
 
 const char* sharding_name(Sharding s);  // "none", "zero1", "zero2", "full"

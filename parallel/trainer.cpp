@@ -73,11 +73,17 @@ std::vector<Tensor> optimizer_params(const optim::Optimizer& optimizer) {
   return out;
 }
 
-// zero1/zero2 (with a group): the optimizer rebuilt over shards (sharding.h), unless it is one.
+// zero1/zero2/full (with a group): the optimizer rebuilt over shards (sharding.h), unless it is one;
+// full: one bucket per FSDP unit (fsdp.h).
 std::shared_ptr<optim::Optimizer> maybe_shard(std::shared_ptr<optim::Optimizer> optimizer,
-                                              const std::shared_ptr<ProcessGroup>& group, const TrainerOptions& o) {
-  if (!optimizer || !group || (o.sharding_ != Sharding::zero1 && o.sharding_ != Sharding::zero2)) return optimizer;
+                                              const std::shared_ptr<ProcessGroup>& group, const TrainerOptions& o,
+                                              const std::shared_ptr<nn::Module>& model) {
+  if (!optimizer || !group || o.sharding_ == Sharding::none) return optimizer;
   if (std::dynamic_pointer_cast<ShardedOptimizer>(optimizer)) return optimizer;
+  if (o.sharding_ == Sharding::full) {
+    KILN_CHECK(model != nullptr, "Trainer: the model is null");
+    return shard_optimizer(*optimizer, group, fsdp_optimizer_options(*model, *optimizer, o.fsdp_));
+  }
   return shard_optimizer(*optimizer, group, ShardedOptimizerOptions()
                                                 .bucket_cap_mb(o.ddp_.bucket_cap_mb_)
                                                 .first_bucket_cap_mb(o.ddp_.first_bucket_cap_mb_));
@@ -88,7 +94,7 @@ std::shared_ptr<optim::Optimizer> maybe_shard(std::shared_ptr<optim::Optimizer> 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer,
                  std::shared_ptr<ProcessGroup> group, TrainerOptions options, optim::LRLambda schedule)
     : model_(std::move(model)),
-      optimizer_(maybe_shard(std::move(optimizer), group, options)),
+      optimizer_(maybe_shard(std::move(optimizer), group, options, model_)),
       sharded_(std::dynamic_pointer_cast<ShardedOptimizer>(optimizer_)),
       group_(std::move(group)),
       options_(std::move(options)),
@@ -114,11 +120,13 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
     world_ = group_->size();
   }
   const Sharding sharding = group_ ? options_.sharding_ : Sharding::none;
-  KILN_CHECK(sharding != Sharding::full, "Trainer: sharding 'full' (FSDP / ZeRO-3) is not implemented yet; use "
-             "zero1 or zero2");
-  KILN_CHECK(sharding != Sharding::zero2 || options_.amp_ != DType::f16, "Trainer: sharding zero2 with amp f16 "
-             "(GradScaler) is not supported: the scaler unscales full gradients; use bf16, or zero1");
-  if (sharding == Sharding::zero2)
+  KILN_CHECK((sharding != Sharding::zero2 && sharding != Sharding::full) || options_.amp_ != DType::f16,
+             "Trainer: sharding ", sharding_name(sharding), " with amp f16 (GradScaler) is not supported: the scaler "
+             "unscales full gradients; use bf16, or zero1");
+  if (sharding == Sharding::full)
+    fsdp_ = FullyShardedDataParallel::create(model_, sharded_,
+                                             FSDPOptions(options_.fsdp_).broadcast_buffers(options_.ddp_.broadcast_buffers_));
+  else if (sharding == Sharding::zero2)
     sharded_reducer_ = ShardedReducer::create(sharded_, model_);
   else if (world_ > 1)
     ddp_ = std::make_unique<DistributedDataParallel>(model_, group_, options_.ddp_);
@@ -142,6 +150,10 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
     if (ddp_ && i + 1 < k) no_sync.emplace(*ddp_);
     if (ddp_) ddp_->prepare_forward();
+    if (fsdp_) {  // Note [FSDP gradient accumulation]: no_sync accumulates unsharded .grad
+      fsdp_->set_require_backward_grad_sync(i + 1 == k);
+      fsdp_->prepare_forward();
+    }
     if (sharded_reducer_) {  // Note [ZeRO-2 gradients]: no_sync accumulates unsharded .grad
       sharded_reducer_->set_require_backward_grad_sync(i + 1 == k);
       if (options_.ddp_.broadcast_buffers_) sharded_reducer_->broadcast_buffers();
@@ -164,6 +176,7 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
   }
   if (ddp_) ddp_->finish_gradient_synchronization();
   if (sharded_reducer_) sharded_reducer_->finish();
+  if (fsdp_) fsdp_->finish();
 
   // Note [Trainer host reads]: nothing below reads a device value unless this is a log step.
   if (f16) {
@@ -285,6 +298,7 @@ std::vector<optim::RngState> Trainer::gather_rng_states() {
 void Trainer::sync_buffers() {
   if (ddp_) ddp_->prepare_forward();
   if (sharded_reducer_ && options_.ddp_.broadcast_buffers_) sharded_reducer_->broadcast_buffers();
+  if (fsdp_) fsdp_->prepare_forward();  // also gathers the root unit, which the model's own forward reads
 }
 
 void Trainer::save_checkpoint(const std::string& path, const std::string& data_cursor) {
@@ -296,8 +310,10 @@ void Trainer::save_checkpoint(const std::string& path, const std::string& data_c
   progress.rng = gather_rng_states();  // collective: every rank's default generator
   progress.data_cursor = data_cursor;
   for (auto& [name, t] : scaler_.state_dict()) progress.extra.emplace_back(kScalerPrefix + name, t);
+  // FSDP: the parameters are sharded, so the model's state is gathered one unit at a time (rank 0 keeps it).
+  const optim::NamedTensors model_state = fsdp_ ? fsdp_->full_state_dict() : model_->state_dict();
   if (sharded_ && options_.sharded_checkpoints_) {
-    save_sharded_checkpoint(path, model_->state_dict(), *sharded_, progress, *group_);  // collective
+    save_sharded_checkpoint(path, model_state, *sharded_, progress, *group_);  // collective
     return;
   }
   if (sharded_) sharded_->consolidate_state_dict();  // collective: rank 0 then writes the full state
@@ -306,7 +322,7 @@ void Trainer::save_checkpoint(const std::string& path, const std::string& data_c
     try {
       fs::path parent = fs::path(path).parent_path();
       if (!parent.empty()) fs::create_directories(parent);
-      optim::save_checkpoint(path, model_->state_dict(), *optimizer_, progress);
+      optim::save_checkpoint(path, model_state, *optimizer_, progress);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -323,9 +339,18 @@ std::optional<std::string> Trainer::load_checkpoint(const std::string& path) {
   if (path.empty()) return std::nullopt;
   std::error_code ec;
   KILN_CHECK(fs::is_regular_file(path, ec), "Trainer::load_checkpoint: no checkpoint file at ", path);
-  optim::TrainingProgress progress = optim::load_checkpoint(path, model_->state_dict(), *optimizer_);
-  // Note [Sharded checkpoint files]: the index carried no optimizer state; the shards hold it.
-  if (auto full = read_optimizer_shards(path, progress)) optimizer_->load_state_dict(*full);
+  // FSDP: the full parameters are gathered to load into, then each rank keeps its chunks.
+  if (fsdp_) fsdp_->gather_full_params();  // collective
+  optim::TrainingProgress progress;
+  try {
+    progress = optim::load_checkpoint(path, model_->state_dict(), *optimizer_);
+    // Note [Sharded checkpoint files]: the index carried no optimizer state; the shards hold it.
+    if (auto full = read_optimizer_shards(path, progress)) optimizer_->load_state_dict(*full);
+  } catch (...) {
+    if (fsdp_) fsdp_->reshard_full_params(/*writeback=*/false);
+    throw;
+  }
+  if (fsdp_) fsdp_->reshard_full_params(/*writeback=*/true);
   optim::NamedTensors scaler_state;
   for (auto& [name, t] : progress.extra)
     if (name.rfind(kScalerPrefix, 0) == 0) scaler_state.emplace_back(name.substr(std::string(kScalerPrefix).size()), t);

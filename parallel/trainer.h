@@ -18,6 +18,7 @@
 #include <kiln/optim/lr_schedule.h>
 #include <kiln/optim/optimizer.h>
 #include <kiln/parallel/ddp.h>
+#include <kiln/parallel/fsdp.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/sharded_reducer.h>
 #include <kiln/parallel/sharding.h>
@@ -40,8 +41,11 @@ struct TrainerOptions {
   // the same kind (bucket caps from ddp()); zero2 replaces DDP by a ShardedReducer. Alone (no
   // group) every mode trains as none. sharded_checkpoints: Note [Sharded checkpoint files] instead
   // of rank 0 writing the consolidated state.
+  // full: FullyShardedDataParallel with fsdp()'s units (its broadcast_buffers is ddp()'s); amp f16
+  // is refused there as with zero2. Checkpoints in full mode gather the model one unit at a time.
   KILN_ARG(Sharding, sharding) = Sharding::none;
   KILN_ARG(bool, sharded_checkpoints) = false;
+  KILN_ARG(FSDPOptions, fsdp);
 
   TrainerOptions& checkpoint_dir(std::string v) { checkpoint_dir_ = std::move(v); return *this; }
   TrainerOptions& checkpoint_cursor(std::function<std::string()> v) { checkpoint_cursor_ = std::move(v); return *this; }
@@ -151,6 +155,7 @@ class Trainer {
   optim::GradScaler& grad_scaler() { return scaler_; }  // disabled unless amp is f16
   DistributedDataParallel* ddp() const { return ddp_.get(); }  // null without DDP
   ShardedOptimizer* sharded_optimizer() const { return sharded_.get(); }  // null unless sharded
+  FullyShardedDataParallel* fsdp() const { return fsdp_.get(); }          // null unless sharding full
   const TrainerOptions& options() const { return options_; }
 
  private:
@@ -170,6 +175,7 @@ class Trainer {
   int rank_ = 0, world_ = 1;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::shared_ptr<ShardedReducer> sharded_reducer_;   // zero2
+  std::shared_ptr<FullyShardedDataParallel> fsdp_;    // full
   optim::LRScheduler scheduler_;
   optim::GradScaler scaler_;
   int64_t global_step_ = 0;

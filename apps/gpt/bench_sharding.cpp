@@ -30,7 +30,8 @@ ShardingTiming run_mode(const ShardingBenchOptions& o, dist::Sharding mode) {
     auto opt = std::make_shared<optim::AdamW>(model->parameters(), optim::AdamWOptions(3e-4).weight_decay(0.1));
     dist::Trainer trainer(model, opt, group,
                           dist::TrainerOptions().sharding(mode).amp(o.amp).log_every(0)
-                              .ddp(dist::DDPOptions().gradient_as_bucket_view(true)));
+                              .ddp(dist::DDPOptions().gradient_as_bucket_view(true))
+                              .fsdp(dist::FSDPOptions().wrap({"GPTBlock"})));  // full: a unit per block
     Generator g(1 + uint64_t(pg.rank()));
     Tensor idx = randint(0, o.config.vocab_size, {o.batch, o.seq}, g);
     Tensor targets = randint(0, o.config.vocab_size, {o.batch, o.seq}, g);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # End-to-end checks of train_cifar, reading its JSONL metrics with awk (no other dependency).
-# Usage: train_cifar_test.sh accuracy|ddp|syncbn|slurm|resume|errors path/to/train_cifar path/to/kiln-run
+# Usage: train_cifar_test.sh accuracy|ddp|sharding|syncbn|slurm|resume|errors path/to/train_cifar path/to/kiln-run
 # Each mode is one CTest (tests/apps/train_cifar_tests.cmake says what each compares and why).
 MODE="$1"
 TC="$2"
@@ -55,6 +55,31 @@ ddp)
   a=$(field "$T/one.jsonl" 3 test_accuracy); b=$(field "$T/two.jsonl" 3 test_accuracy)
   close "$a" "$b" 0.03 || fail "final test accuracy: 1 rank $a, 2 ranks $b (more than 3% apart)"
   [ "$(field "$T/two.jsonl" 3 test_total)" = 500 ] || fail "the 2-rank evaluation did not count 500 test images"
+  ;;
+sharding)
+  # --sharding zero1|zero2|full on 2 Gloo ranks against DDP (none): the same SGD steps (the sharded
+  # optimizer steps each rank's chunk; full gathers each conv group before its forward and
+  # backward), and BatchNorm buffers, which are never sharded, are rank 0's broadcast before each
+  # forward in every mode. Per-epoch train losses and the final accuracy agree to 1e-5; full is
+  # also run with --sync-bn (its all-reduces inside a unit's forward, while the next unit's
+  # all-gather is in flight) against DDP with --sync-bn.
+  A="--train-size 1024 --test-size 256 --epochs 2 --batch-size 64 --threads 1 --backend gloo"
+  for mode in none zero1 zero2 full; do
+    run "$T/$mode.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --sharding $mode --metrics "$T/$mode.jsonl"
+  done
+  run "$T/none-sbn.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --sync-bn --metrics "$T/none-sbn.jsonl"
+  run "$T/full-sbn.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --sync-bn --sharding full \
+    --metrics "$T/full-sbn.jsonl"
+  cat "$T/full.log"
+  for pair in "none zero1" "none zero2" "none full" "none-sbn full-sbn"; do
+    set -- $pair
+    for e in 1 2; do
+      a=$(field "$T/$1.jsonl" $e train_loss); b=$(field "$T/$2.jsonl" $e train_loss)
+      close "$a" "$b" 1e-5 || fail "epoch $e train loss: $1 $a, $2 $b"
+    done
+    a=$(field "$T/$1.jsonl" 2 test_accuracy); b=$(field "$T/$2.jsonl" 2 test_accuracy)
+    close "$a" "$b" 1e-5 || fail "final test accuracy: $1 $a, $2 $b"
+  done
   ;;
 syncbn)
   # --sync-bn: 2 Gloo ranks x 32 normalize with the statistics of all 64 images, as 1 rank with

@@ -1,7 +1,8 @@
-// The Trainer's sharding modes (TrainerOptions::sharding): none, zero1 and zero2 take the same steps
-// (bf16 autocast, accumulation, clipping, two parameter groups); checkpoints move between world
-// sizes and modes: a sharded checkpoint written at world 3 resumes at world 2 and at world 1 (and
-// a consolidated one under DDP) with the loss sequence of an uninterrupted run; 'full' is refused.
+// The Trainer's sharding modes (TrainerOptions::sharding): none, zero1, zero2 and full (FSDP, one
+// unit per Linear) take the same steps (bf16 autocast, accumulation, clipping, two parameter groups);
+// checkpoints move between world sizes and modes: a sharded checkpoint written at world 3 resumes at
+// world 2 and at world 1 (and a consolidated one under DDP) with the loss sequence of an
+// uninterrupted run, from and into full mode too; f16 is refused with zero2 and full.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +11,7 @@
 #include <kiln/parallel/trainer.h>
 
 #include "parallel/temp_dir.h"
-#include "parallel/zero_fixtures.h"
+#include "parallel/fsdp_fixtures.h"
 
 using namespace kiln;
 using namespace kiln::dist;
@@ -33,18 +34,20 @@ struct Run {
 // Trains `r` on this rank and returns the logged losses (averaged over ranks and micro-steps).
 std::vector<double> train(ProcessGroup& pg, const Run& r, std::vector<double>* weights = nullptr) {
   auto group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
-  auto net = std::make_shared<Net>(seed_for_rank(pg.rank()), NetSpec{5, 6, 3});
+  auto net = std::make_shared<FsdpNet>(seed_for_rank(pg.rank()), NetSpec{5, 6, 3});
   std::vector<Tensor> decay, no_decay;
   for (const auto& [name, p] : net->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   auto opt = std::make_shared<optim::AdamW>(std::vector<optim::AdamW::Group>{
       {decay, optim::AdamWOptions(2e-2).weight_decay(0.1)}, {no_decay, optim::AdamWOptions(2e-2).weight_decay(0)}});
   Trainer trainer(net, opt, group,
                   TrainerOptions().sharding(r.sharding).amp(r.amp).clip_grad_norm(r.clip).grad_accum_steps(kAccum)
-                      .log_every(1).sharded_checkpoints(r.sharded_save).ddp(small_buckets()),
+                      .log_every(1).sharded_checkpoints(r.sharded_save).ddp(small_buckets())
+                      .fsdp(FSDPOptions().wrap({"Linear"})),
                   optim::warmup_cosine_schedule(optim::WarmupCosineOptions(2, 10)));
   if (!r.load.empty()) trainer.load_checkpoint(r.load);
   expect(trainer.global_step() == r.first_step, "resumed at the wrong step");
   expect((trainer.sharded_optimizer() != nullptr) == (r.sharding != Sharding::none), "sharded optimizer presence");
+  expect((trainer.fsdp() != nullptr) == (r.sharding == Sharding::full), "FSDP presence");
   const int world = pg.size();
   const int64_t rows = kGlobalRows / world;
   TrainSpec spec;
@@ -58,7 +61,7 @@ std::vector<double> train(ProcessGroup& pg, const Run& r, std::vector<double>* w
     losses.push_back(s.loss);
   }
   if (!r.save.empty()) trainer.save_checkpoint(r.save);
-  if (weights) *weights = flat_parameters(*net);
+  if (weights) *weights = trainer.fsdp() ? fsdp_parameters(*trainer.fsdp()) : flat_parameters(*net);
   return losses;
 }
 
@@ -81,11 +84,11 @@ void expect_same_losses(const std::vector<double>& got, const std::vector<double
 
 }  // namespace
 
-TEST_CASE("Trainer sharding none / zero1 / zero2: the same losses and weights (bf16, clipping, 2 groups)") {
+TEST_CASE("Trainer sharding none / zero1 / zero2 / full: the same losses and weights (bf16, clipping, 2 groups)") {
   for (int n : {2, 3}) {
     CAPTURE(n);
     run_ranks(n, [](ProcessGroup& pg) {
-      std::vector<double> w_none, w1, w2;
+      std::vector<double> w_none, w1, w2, w3;
       Run r;
       r.amp = DType::bf16;
       r.clip = 0.1;
@@ -94,12 +97,16 @@ TEST_CASE("Trainer sharding none / zero1 / zero2: the same losses and weights (b
       const auto z1 = train(pg, r, &w1);
       r.sharding = Sharding::zero2;
       const auto z2 = train(pg, r, &w2);
+      r.sharding = Sharding::full;
+      const auto z3 = train(pg, r, &w3);
       double scale = 0;
       for (double w : w_none) scale = std::max(scale, std::fabs(w));
       expect_same_losses(z1, none, "zero1 losses");
       expect_same_losses(z2, none, "zero2 losses");
       expect_rel(w1, w_none, 1e-6, scale, "zero1 weights");
       expect_rel(w2, w_none, 1e-6, scale, "zero2 weights");
+      expect_same_losses(z3, none, "full losses");
+      expect_rel(w3, w_none, 1e-6, scale, "full weights");
     });
   }
 }
@@ -133,7 +140,8 @@ TEST_CASE("A sharded checkpoint written at world 3 resumes at world 2 and 1 with
     Sharding sharding;
   };
   for (Resume res : {Resume{2, Sharding::zero1}, Resume{2, Sharding::zero2}, Resume{1, Sharding::zero2},
-                     Resume{1, Sharding::none}, Resume{3, Sharding::none}}) {
+                     Resume{1, Sharding::none}, Resume{3, Sharding::none}, Resume{2, Sharding::full},
+                     Resume{1, Sharding::full}}) {
     CAPTURE(res.world);
     CAPTURE(sharding_name(res.sharding));
     run_ranks(res.world, [&](ProcessGroup& pg) {
@@ -163,6 +171,33 @@ TEST_CASE("A sharded checkpoint written at world 3 resumes at world 2 and 1 with
     r.load = full_ckpt;
     expect_same_losses(train(pg, r), tail, "full-state checkpoint resumed under zero2 at world 2");
   });
+  // Written in full mode (FSDP) at world 3, sharded and full-state: resumed at world 2 (zero2, full)
+  // and world 1 (none).
+  for (bool sharded : {true, false}) {
+    CAPTURE(sharded);
+    const std::string fsdp_ckpt = dir.path + (sharded ? "/fsdp_sharded_step_5.safetensors" : "/fsdp_full_step_5.safetensors");
+    run_ranks(3, [&](ProcessGroup& pg) {
+      Run r;
+      r.sharding = Sharding::full;
+      r.last_step = 5;
+      r.save = fsdp_ckpt;
+      r.sharded_save = sharded;
+      train(pg, r);
+    });
+    REQUIRE(std::filesystem::exists(shard_path(fsdp_ckpt, 2, 3)) == sharded);
+    for (Resume res : {Resume{2, Sharding::zero2}, Resume{2, Sharding::full}, Resume{1, Sharding::none}}) {
+      CAPTURE(res.world);
+      CAPTURE(sharding_name(res.sharding));
+      run_ranks(res.world, [&](ProcessGroup& pg) {
+        Run r;
+        r.sharding = res.sharding;
+        r.first_step = 5;
+        r.load = fsdp_ckpt;
+        expect_same_losses(train(pg, r), tail, std::string("full-mode checkpoint resumed at world ") +
+                                                   std::to_string(pg.size()) + " " + sharding_name(res.sharding));
+      });
+    }
+  }
 }
 
 TEST_CASE("A sharded checkpoint with a missing shard fails naming it") {
@@ -185,13 +220,13 @@ TEST_CASE("A sharded checkpoint with a missing shard fails naming it") {
   });
 }
 
-TEST_CASE("Trainer refuses sharding 'full' (not implemented) and zero2 with f16") {
+TEST_CASE("Trainer refuses zero2 and full with f16") {
   run_ranks(1, [](ProcessGroup& pg) {
     Run r;
-    r.sharding = Sharding::full;
-    expect_contains(error_of([&] { train(pg, r); }, "full"), "not implemented", "full");
-    r.sharding = Sharding::zero2;
     r.amp = DType::f16;
-    expect_contains(error_of([&] { train(pg, r); }, "zero2 f16"), "f16", "zero2 f16");
+    r.sharding = Sharding::zero2;
+    expect_contains(error_of([&] { train(pg, r); }, "zero2 f16"), "zero2 with amp f16", "zero2 f16");
+    r.sharding = Sharding::full;
+    expect_contains(error_of([&] { train(pg, r); }, "full f16"), "full with amp f16", "full f16");
   });
 }

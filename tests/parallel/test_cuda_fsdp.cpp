@@ -1,0 +1,64 @@
+// FSDP on CUDA over NCCL, one rank per visible GPU (up to 4): the FSDP fixtures' training (a unit per
+// Linear, accumulation 2, AdamW, f32 and bf16 autocast, with and without activation checkpointing)
+// against DDP on the CPU over Gloo with the same data, within GPU-vs-CPU tolerances. Needs a GPU:
+// exits 77 (skipped) without one.
+#include "parallel/fsdp_fixtures.h"
+#include "parallel/temp_dir.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <kiln/core/cuda/runtime/runtime.h>
+#include <kiln/parallel/file_store.h>
+#include <kiln/parallel/nccl_process_group.h>
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+// CUDA must not be initialized in the parent before the ranks fork: ask a child how many GPUs.
+int visible_gpus() {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(cuda::is_available() ? std::min(cuda::device_count(), 4) : 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP over NCCL on CUDA equals DDP on the CPU (f32, bf16, activation checkpointing)") {
+  const int world = visible_gpus();
+  if (world == 0) {
+    std::printf("SKIPPED: no usable CUDA device\n");
+    std::exit(77);
+  }
+  TempDir dir("kiln_cuda_fsdp");
+  const std::string path = dir.path;
+  run_ranks(world, [&](dist::ProcessGroup& gloo) {
+    const int r = gloo.rank();
+    auto store = dist::make_file_store(path, world);
+    auto nccl = dist::make_nccl_process_group(store, r, world, dist::NcclOptions().device(r).blocking_wait(true));
+    for (DType amp : {DType::f32, DType::bf16}) {
+      for (bool recompute : {false, true}) {
+        ZeroSpec spec;
+        spec.amp = amp;
+        spec.steps = 10;
+        const ZeroRun cpu = train_mode(gloo, Mode::ddp, spec);
+        FsdpSpec f;
+        f.recompute = recompute;
+        f.device = Device::cuda(r);
+        const ZeroRun gpu = train_fsdp(*nccl, spec, f);
+        const std::string what = std::string("cuda fsdp ") + (amp == DType::bf16 ? "bf16" : "f32") +
+                                 (recompute ? " recompute" : "") + " rank " + std::to_string(r);
+        double scale = 0;
+        for (double w : cpu.weights) scale = std::max(scale, std::fabs(w));
+        // cuBLAS vs the CPU GEMM: f32 1e-4; bf16 autocast rounds differently on each side.
+        const double rtol = amp == DType::bf16 ? 2e-2 : 1e-4;
+        expect_rel(gpu.losses, cpu.losses, rtol, 0.0, what + " losses");
+        expect_rel(gpu.weights, cpu.weights, rtol, scale, what + " weights");
+      }
+    }
+  });
+}
