@@ -50,7 +50,7 @@ TEST_CASE("NCCL: DETAIL checks on the GPU, and full-rank PowerSGD on CUDA bucket
 
     // A bucket of a (6, 4) matrix and a (3) vector: 27 elements, this rank's contributions.
     const int64_t n = 27;
-    std::vector<double> in(size_t(n)), mean(size_t(n), 0.0);
+    std::vector<double> in(static_cast<size_t>(n)), mean(static_cast<size_t>(n), 0.0);
     for (int64_t i = 0; i < n; ++i) {
       in[size_t(i)] = contribution(r, i);
       for (int q = 0; q < world; ++q) mean[size_t(i)] += contribution(q, i) / world;
