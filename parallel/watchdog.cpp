@@ -76,7 +76,13 @@ Watchdog::~Watchdog() { stop(); }
 
 void Watchdog::start(std::function<void()> poll) {
   poll_thread_ = std::thread([this, poll = std::move(poll)] { poll_loop(poll); });
-  if (options_.size > 1 && store_) heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
+  if (options_.size > 1 && store_)
+    heartbeat_thread_ = std::thread([self = shared_from_this()] {
+      self->heartbeat_loop();
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      self->heartbeat_done_ = true;
+      self->cv_.notify_all();
+    });
 }
 
 void Watchdog::stop() {
@@ -87,7 +93,19 @@ void Watchdog::stop() {
   }
   cv_.notify_all();
   if (poll_thread_.joinable()) poll_thread_.join();
-  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (!heartbeat_thread_.joinable()) return;
+  // A heartbeat stuck in the store (its server died with its host; a TCP store reconnects until
+  // its timeout) must not hold up the group's destruction: after a short grace it is left to
+  // finish on its own (it owns a reference to this Watchdog).
+  bool done = false;
+  if (std::this_thread::get_id() != heartbeat_thread_.get_id()) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done = cv_.wait_for(lock, std::chrono::seconds(1), [&] { return heartbeat_done_; });
+  }
+  if (done)
+    heartbeat_thread_.join();
+  else
+    heartbeat_thread_.detach();
 }
 
 void Watchdog::poll_loop(std::function<void()> poll) {
@@ -191,31 +209,78 @@ std::string Watchdog::dump(const std::string& reason) {
   }
 }
 
-std::string Watchdog::late_ranks(uint64_t seq) {
+// The peers' progress as a report reads it: filled by a thread of its own (below).
+struct Watchdog::ProgressRead {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::vector<PeerProgress> peers;
+  std::string error;
+};
+
+std::string Watchdog::late_ranks(uint64_t seq) { return late_ranks(seq, ""); }
+
+// The store I/O runs on a detached thread holding this Watchdog: a store whose server died (it
+// lived in a dead rank's process) may block its caller until the store's timeout, and the report
+// must not wait for that. The caller takes what was read when the window closes.
+std::string Watchdog::late_ranks(uint64_t seq, const std::string& failure_note) {
   const int64_t want = static_cast<int64_t>(seq);
+  auto read = std::make_shared<ProgressRead>();
+  read->peers.resize(options_.size);
+  const bool peers_exist = options_.size > 1 && store_ != nullptr;
+  if (peers_exist) {
+    std::thread([self = shared_from_this(), read, want, failure_note] {
+      std::vector<PeerProgress> peers(self->options_.size);
+      std::string error;
+      try {
+        const auto start = Clock::now();
+        const auto settled = start + self->options_.heartbeat + Millis(250);
+        const auto deadline = start + self->liveness_window();
+        self->publish();
+        while (true) {
+          bool any_late = false, all_late_alive = true;
+          for (int r = 0; r < self->options_.size; ++r) {
+            if (r == self->options_.rank) continue;
+            if (self->store_->check(heartbeat_key(r))) parse_progress(self->store_->get_string(heartbeat_key(r)), peers[r]);
+            if (peers[r].started >= want) continue;
+            any_late = true;
+            all_late_alive = all_late_alive && peers[r].seen && peers[r].beat != peers[r].first_beat;
+          }
+          {
+            std::lock_guard<std::mutex> lock(read->mutex);
+            read->peers = peers;
+          }
+          const auto now = Clock::now();
+          if (!any_late || now >= deadline || (all_late_alive && now >= settled)) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      {
+        std::lock_guard<std::mutex> lock(read->mutex);
+        read->error = error;
+        read->done = true;
+      }
+      read->cv.notify_all();
+      if (failure_note.empty()) return;
+      try {  // tell the peers (their heartbeats dump their flight recorders)
+        if (!self->store_->check(kFailureKey)) self->store_->set(kFailureKey, failure_note);
+      } catch (const std::exception&) {
+        // the peers' own deadlines still hold
+      }
+    }).detach();
+  }
   std::vector<PeerProgress> peers(options_.size);
   std::string store_error;
-  if (options_.size > 1 && store_) {
-    const auto start = Clock::now();
-    const auto settled = start + options_.heartbeat + Millis(250), deadline = start + liveness_window();
-    try {
-      publish();
-      while (true) {
-        bool any_late = false, all_late_alive = true;
-        for (int r = 0; r < options_.size; ++r) {
-          if (r == options_.rank) continue;
-          if (store_->check(heartbeat_key(r))) parse_progress(store_->get_string(heartbeat_key(r)), peers[r]);
-          if (peers[r].started >= want) continue;
-          any_late = true;
-          all_late_alive = all_late_alive && peers[r].seen && peers[r].beat != peers[r].first_beat;
-        }
-        const auto now = Clock::now();
-        if (!any_late || now >= deadline || (all_late_alive && now >= settled)) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    } catch (const std::exception& e) {
-      store_error = e.what();
-    }
+  if (peers_exist) {
+    const Millis limit = liveness_window() + std::chrono::seconds(1);
+    std::unique_lock<std::mutex> lock(read->mutex);
+    if (!read->cv.wait_for(lock, limit, [&] { return read->done; }))
+      store_error = detail::str_cat("the store did not answer within ", limit.count(), " ms (is its host gone?)");
+    else
+      store_error = read->error;
+    peers = read->peers;
   }
   std::ostringstream late;
   int count = 0;
@@ -252,16 +317,9 @@ std::string Watchdog::report_failure(const char* op, uint64_t seq, const std::st
     std::lock_guard<std::mutex> lock(mutex_);
     reported_ = true;  // the heartbeat no longer dumps on a peer's signal: this report does
   }
-  std::string message = what + "; " + late_ranks(seq);
-  if (options_.size > 1 && store_) {
-    try {
-      if (!store_->check(kFailureKey))
-        store_->set(kFailureKey, detail::str_cat("rank ", options_.rank, ": ", options_.backend, " ", op,
-                                                 " (sequence number ", seq, ")"));
-    } catch (const std::exception&) {
-      // the peers' own deadlines still hold
-    }
-  }
+  const std::string note = detail::str_cat("rank ", options_.rank, ": ", options_.backend, " ", op,
+                                           " (sequence number ", seq, ")");
+  std::string message = what + "; " + late_ranks(seq, note);
   return message + "; flight recorder: " + dump(message);
 }
 

@@ -28,9 +28,10 @@ struct WatchdogOptions {
   Millis poll = std::chrono::milliseconds(50);        // how often the group's deadlines are checked
 };
 
-// One per process group. Not copyable; the group owns it through a shared_ptr (NCCL's held
-// stream callbacks keep it alive).
-class Watchdog {
+// One per process group, made with std::make_shared: the group owns it, and threads that may
+// outlive the group (a heartbeat or a report stuck in a dead store, NCCL's held stream callback)
+// hold references too. Not copyable.
+class Watchdog : public std::enable_shared_from_this<Watchdog> {
  public:
   Watchdog(std::shared_ptr<Store> store, WatchdogOptions options);
   ~Watchdog();
@@ -80,6 +81,8 @@ class Watchdog {
   std::string dump_path() const;
 
  private:
+  struct ProgressRead;
+  std::string late_ranks(uint64_t seq, const std::string& failure_note);  // sets watchdog/failure when given
   void poll_loop(std::function<void()> poll);
   void heartbeat_loop();
   void publish();
@@ -98,6 +101,7 @@ class Watchdog {
   bool stop_ = false;
   bool released_ = false;
   bool reported_ = false;  // this rank reported (and dumped) a failure
+  bool heartbeat_done_ = false;
   std::thread poll_thread_, heartbeat_thread_;
 };
 

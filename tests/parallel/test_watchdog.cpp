@@ -37,7 +37,10 @@ struct Outcome {
 
 // Rank `r` of `world`: allreduces of 256 ones until one fails, then a barrier, then destruction.
 // Writes the outcome to <dir>/rank<r>.json; exit code 0 unless something unexpected threw.
-int allreduce_until_failure(const std::string& dir, int r, int world, dist::Millis timeout, int iterations) {
+// `linger`: how long a rank stays alive after its failure (a stalled rank that exits at once would
+// rightly be reported dead by a slower peer).
+int allreduce_until_failure(const std::string& dir, int r, int world, dist::Millis timeout, int iterations,
+                            dist::Millis linger = dist::Millis(0)) {
   auto store = dist::make_file_store(dir + "/store", world);
   store->set_timeout(std::chrono::seconds(30));
   auto pg = dist::make_gloo_process_group(store, r, world, dist::GlooOptions().timeout(timeout));
@@ -60,6 +63,7 @@ int allreduce_until_failure(const std::string& dir, int r, int world, dist::Mill
     out.later = e.what();
   }
   out.later_took = seconds_since(t1);
+  std::this_thread::sleep_for(linger);
   const auto t2 = SteadyClock::now();
   pg.reset();
   out.destroy = seconds_since(t2);
@@ -246,7 +250,7 @@ TEST_CASE("three Gloo ranks, rank 1 stalled at collective 3: every rank fails na
   ScopedEnv fault("KILN_FAULT_INJECT", "stall:rank=1:seq=3");
   const auto timeout = std::chrono::milliseconds(2000);
   std::vector<int> codes =
-      test::fork_ranks(3, [&](int r) { return allreduce_until_failure(dir.path, r, 3, timeout, 6); });
+      test::fork_ranks(3, [&](int r) { return allreduce_until_failure(dir.path, r, 3, timeout, 6, dist::Millis(3000)); });
   for (int r = 0; r < 3; ++r) {
     CAPTURE(r);
     REQUIRE(codes[r] == 0);
