@@ -76,7 +76,10 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   // Collective: restructures every unit's parameters into its storage, broadcasts rank 0's
   // parameters and buffers, keeps this rank's chunks in `optimizer`'s local_params() and releases
   // the full parameters. `optimizer` must have been built with fsdp_optimizer_options() (the same
-  // model and options) over parameters of `model`.
+  // model and options) over parameters of `model`. From then on (also after this object is gone) the
+  // model's sharded parameters hold no bytes outside a gather: run the model only between
+  // prepare_forward() and the end of its backward (or inside gather_full_params()), and do not
+  // move or cast it (Module::to would replace the unit views).
   static std::shared_ptr<FullyShardedDataParallel> create(std::shared_ptr<nn::Module> model,
                                                           std::shared_ptr<ShardedOptimizer> optimizer,
                                                           FSDPOptions options = {});
