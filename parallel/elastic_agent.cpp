@@ -189,6 +189,7 @@ int Agent::run() {
           done = true;
           if (!hosting) {
             say("this node's workers finished");
+            rdzv.report_exit();
             return 0;
           }
         }
@@ -219,6 +220,7 @@ int Agent::run() {
         }
         if (done && rdzv.done_count() >= g.nnodes()) {
           say("every node's workers finished");
+          rdzv.await_exits(g.nnodes() - 1, Millis(3000));
           return 0;
         }
       } catch (const DistributedError& e) {
@@ -233,6 +235,8 @@ int Agent::run() {
     }
     if (shutdown) {
       say(failure);
+      if (hosting) rdzv.await_exits(g.nnodes() - 1, Millis(3000));
+      else rdzv.report_exit();
       return local ? group.result() : 1;
     }
     if (membership && failure.empty()) continue;  // not a failure: no restart is used up
@@ -247,6 +251,8 @@ int Agent::run() {
       rdzv.shutdown(failure);
     } catch (const Error&) {
     }
+    if (hosting) rdzv.await_exits(g.nnodes() - 1, Millis(3000));
+    else rdzv.report_exit();
     return local ? group.result() : 1;
   }
 }

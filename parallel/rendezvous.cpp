@@ -164,8 +164,24 @@ std::optional<std::string> Rendezvous::failure() {
 
 void Rendezvous::report_done() {
   store_->set(key(gen_.number, "done/" + std::to_string(gen_.node_rank)), "1");
-  store_->add(key(gen_.number, "done"), 1);
   store_->add(key(gen_.number, "events"), 1);
+  store_->add(key(gen_.number, "done"), 1);  // last: the hosting agent may leave once the count is full
+}
+
+void Rendezvous::report_exit() noexcept {
+  try {
+    store_->add("exited/" + std::to_string(gen_.number), 1);
+  } catch (const std::exception&) {  // the store's host may be gone already: nothing to tell
+  }
+}
+
+void Rendezvous::await_exits(int64_t others, Millis at_most) noexcept {
+  const auto deadline = Clock::now() + at_most;
+  try {
+    while (Clock::now() < deadline && store_->add("exited/" + std::to_string(gen_.number), 0) < others)
+      std::this_thread::sleep_for(o_.poll_interval_);
+  } catch (const std::exception&) {
+  }
 }
 
 int64_t Rendezvous::done_count() { return store_->add(key(gen_.number, "done"), 0); }

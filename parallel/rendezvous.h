@@ -63,6 +63,11 @@ class Rendezvous {
   bool node_done(int node);
   int64_t waiting_count();                            // nodes waiting to join the next generation
   void shutdown(const std::string& why);              // no more generations
+  // An agent leaving for good says so (best effort); the hosting agent waits, up to `at_most`,
+  // for `others` of them before it takes the store down, so they read why instead of finding
+  // it gone.
+  void report_exit() noexcept;
+  void await_exits(int64_t others, Millis at_most) noexcept;
   std::optional<std::string> shutdown_reason();
   // Beats this node's heartbeat and returns the nodes (indices) whose heartbeat has not moved for
   // heartbeat_timeout, finished nodes excepted. Call about once a second.
