@@ -15,6 +15,7 @@
 #include <charconv>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include <kiln/core/error.h>
 
@@ -71,6 +72,34 @@ std::string hostname() {
   if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
   std::string s = name;
   std::replace(s.begin(), s.end(), ' ', '_');
+  return s;
+}
+
+// Every failure reported in the generation, the ones that killed a worker by signal first: after
+// a death, the survivors' collectives fail too, and their reports may reach the store first; the
+// worker that died of a signal is the likelier cause. A local failure waits a moment for the
+// others' reports, and when none comes, looks for nodes whose agent went silent (killed with its
+// workers: nobody reports those), so the message names the node that vanished.
+std::string all_failures(Rendezvous& rdzv, const std::string& known, bool local, Millis beat_every) {
+  std::vector<std::string> all;
+  try {
+    if (local) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      if (rdzv.failures().size() <= 1) {
+        const Generation& g = rdzv.generation();
+        for (int i : rdzv.silent_nodes(beat_every * 2 + Millis(200)))
+          all.push_back(kiln::detail::str_cat("node ", i, " (", g.nodes[size_t(i)].name,
+                                              ") stopped responding: its agent is gone (killed, or the host is down?)"));
+      }
+    }
+    for (std::string& f : rdzv.failures()) all.push_back(std::move(f));
+  } catch (const Error&) {
+  }
+  if (all.empty()) return known;
+  std::stable_partition(all.begin(), all.end(),
+                        [](const std::string& f) { return f.find("killed by SIG") != std::string::npos; });
+  std::string s;
+  for (size_t i = 0; i < all.size(); ++i) s += (i ? "; " : "") + all[i];
   return s;
 }
 
@@ -240,6 +269,7 @@ int Agent::run() {
       return local ? group.result() : 1;
     }
     if (membership && failure.empty()) continue;  // not a failure: no restart is used up
+    failure = all_failures(rdzv, failure, local, beat_every);
     if (restarts < o_.launch_.max_restarts_) {
       ++restarts;
       say(kiln::detail::str_cat("restarting the workers in a new generation (restart ", restarts, " of ",

@@ -22,7 +22,8 @@ using Clock = std::chrono::steady_clock;
 //   g/<g>/closed        the number of members, set once by agent 0 when MAX joined, or MIN did
 //                       and last_call passed without another; later joiners wait for g+1
 //   g/<g>/waiting       agents waiting for g+1 (newcomers, late joiners)
-//   g/<g>/failure       the first failure reported; g/<g>/done counts finished nodes
+//   g/<g>/failure       the first failure reported; g/<g>/failure/<i> all of them, counted by
+//                       g/<g>/failures; g/<g>/done counts finished nodes
 //   g/<g>/hb/<i>        agent i's heartbeat counter
 //   g/<g>/events        moves on every failure, done, waiting: the one key agents poll
 //   shutdown            set by an agent out of restarts: every agent stops, nobody rejoins
@@ -153,8 +154,20 @@ Generation Rendezvous::join() {
 int64_t Rendezvous::events() { return store_->add(key(gen_.number, "events"), 0); }
 
 void Rendezvous::report_failure(const std::string& what) {
+  const int64_t n = store_->add(key(gen_.number, "failures"), 1);
+  store_->set(key(gen_.number, "failure/" + std::to_string(n - 1)), what);
   if (!store_->check(key(gen_.number, "failure"))) store_->set(key(gen_.number, "failure"), what);
   store_->add(key(gen_.number, "events"), 1);
+}
+
+std::vector<std::string> Rendezvous::failures() {
+  std::vector<std::string> out;
+  const int64_t n = store_->add(key(gen_.number, "failures"), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string k = key(gen_.number, "failure/" + std::to_string(i));
+    if (store_->check(k)) out.push_back(store_->get_string(k));
+  }
+  return out;
 }
 
 std::optional<std::string> Rendezvous::failure() {
@@ -196,6 +209,19 @@ void Rendezvous::shutdown(const std::string& why) {
 std::optional<std::string> Rendezvous::shutdown_reason() {
   if (!store_->check("shutdown")) return std::nullopt;
   return store_->get_string("shutdown");
+}
+
+std::vector<int> Rendezvous::silent_nodes(Millis wait) {
+  std::vector<int64_t> before(size_t(gen_.nnodes()), 0);
+  for (int i = 0; i < gen_.nnodes(); ++i)
+    if (i != gen_.node_rank) before[size_t(i)] = store_->add(key(gen_.number, "hb/" + std::to_string(i)), 0);
+  std::this_thread::sleep_for(wait);
+  std::vector<int> silent;
+  for (int i = 0; i < gen_.nnodes(); ++i)
+    if (i != gen_.node_rank && store_->add(key(gen_.number, "hb/" + std::to_string(i)), 0) == before[size_t(i)] &&
+        !node_done(i))
+      silent.push_back(i);
+  return silent;
 }
 
 std::vector<int> Rendezvous::heartbeat() {

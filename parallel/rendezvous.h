@@ -58,6 +58,7 @@ class Rendezvous {
   int64_t events();                                   // a counter that moves on every report below
   void report_failure(const std::string& what);       // makes every node stop its workers
   std::optional<std::string> failure();               // the first failure reported, if any
+  std::vector<std::string> failures();                // every failure reported, in report order
   void report_done();                                 // this node's workers all exited 0
   int64_t done_count();
   bool node_done(int node);
@@ -72,6 +73,8 @@ class Rendezvous {
   // Beats this node's heartbeat and returns the nodes (indices) whose heartbeat has not moved for
   // heartbeat_timeout, finished nodes excepted. Call about once a second.
   std::vector<int> heartbeat();
+  // The nodes whose heartbeat does not move during `wait` (longer than their beat interval).
+  std::vector<int> silent_nodes(Millis wait);
 
   const Generation& generation() const { return gen_; }
 

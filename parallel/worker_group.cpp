@@ -162,7 +162,12 @@ void WorkerGroup::spawn(Worker& w) {
     if (::getppid() != parent) ::_exit(128 + SIGKILL);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
+    for (int sig : {SIGINT, SIGTERM}) ::sigaction(sig, &dfl, nullptr);
+    // SIGPIPE stays ignored, as in Python (and so in every torchrun worker): a write to a dead
+    // peer's socket fails with EPIPE, which the collective reports naming the peer, instead of
+    // killing the worker with a signal that hides which rank died first.
+    dfl.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &dfl, nullptr);
     sigset_t none;
     sigemptyset(&none);
     ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
