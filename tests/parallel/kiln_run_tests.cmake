@@ -66,3 +66,8 @@ if(TARGET train_gpt AND TARGET kiln-make-shards)
   set_tests_properties(${_elastic_tests} PROPERTIES LABELS "${_kiln_run_labels}" SKIP_RETURN_CODE 77 TIMEOUT 240
                        PROCESSORS 2)
 endif()
+
+# Two elastic agents on loopback (no root needed): variables, per-generation prefix, a joint restart.
+add_test(NAME parallel_elastic_loopback
+         COMMAND /bin/sh ${CMAKE_CURRENT_SOURCE_DIR}/parallel/elastic_loopback.sh $<TARGET_FILE:kiln-run>)
+set_tests_properties(parallel_elastic_loopback PROPERTIES LABELS "${_kiln_run_labels}" TIMEOUT 60)
