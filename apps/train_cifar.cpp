@@ -163,7 +163,11 @@ int run(const Args& a) {
   double elapsed_before = 0;
   if (a.resume) {
     KILN_CHECK(!a.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    const std::string path = dist::Trainer::latest_checkpoint(a.checkpoint_dir);
+    // All ranks agree on the checkpoint (Note [Agreeing on a checkpoint]); one only some see is skipped.
+    const dist::AgreedCheckpoint agreed = dist::agree_on_checkpoint(job.group.get(), a.checkpoint_dir);
+    if (job.main())
+      for (const std::string& why : agreed.skipped) std::printf("checkpoint not used: %s\n", why.c_str());
+    const std::string path = agreed.path;
     if (auto cursor = trainer.load_checkpoint(path)) {
       long long epoch = 0;
       KILN_CHECK(std::sscanf(cursor->c_str(), "epoch=%lld elapsed=%lf", &epoch, &elapsed_before) == 2,
@@ -171,7 +175,7 @@ int run(const Args& a) {
       start_epoch = epoch;
       if (job.main()) std::printf("resumed from %s: epoch %lld, step %lld\n", path.c_str(), epoch, (long long)trainer.global_step());
     } else if (job.main()) {
-      std::printf("no checkpoint in %s: starting from scratch\n", a.checkpoint_dir.c_str());
+      std::printf("no checkpoint in %s common to all ranks: starting from scratch\n", a.checkpoint_dir.c_str());
     }
   }
   // Note [Resume-safe metrics]: a resumed run's file is cut back to the checkpoint's step.

@@ -195,7 +195,11 @@ int run(Args a) {
 
   std::string resumed_from;
   if (a.resume) {
-    resumed_from = dist::Trainer::latest_checkpoint(a.checkpoint_dir);
+    // All ranks agree on the checkpoint (Note [Agreeing on a checkpoint]); one only some see is skipped.
+    const dist::AgreedCheckpoint agreed = dist::agree_on_checkpoint(job.group.get(), a.checkpoint_dir);
+    if (job.main())
+      for (const std::string& why : agreed.skipped) std::printf("checkpoint not used: %s\n", why.c_str());
+    resumed_from = agreed.path;
     if (auto cursor = trainer.load_checkpoint(resumed_from); cursor && !cursor->empty()) train_loader.set_cursor(*cursor);
   }
   if (job.main() && !a.checkpoint_dir.empty()) {
@@ -220,7 +224,7 @@ int run(Args a) {
                 (long long)train_loader.num_tokens(), flops_tok);
     if (!resumed_from.empty()) std::printf("resumed from %s at step %lld\n", resumed_from.c_str(),
                                            (long long)trainer.global_step());
-    else if (a.resume) std::printf("no checkpoint in %s: starting from step 0\n", a.checkpoint_dir.c_str());
+    else if (a.resume) std::printf("no checkpoint in %s common to all ranks: starting from step 0\n", a.checkpoint_dir.c_str());
   }
   report.start({{"type", "config"}, {"model", a.shape.model}, {"config", nlohmann::json::parse(config.to_json())},
                 {"world_size", world}, {"grad_accum", accum}, {"tokens_per_step", a.total_batch_tokens},

@@ -147,6 +147,23 @@ int main(int argc, char** argv) {
     send(d, 1, frame(kSet, {"gone", "v"}));
     d += char(1 | 2 << 2);
     write_bytes(root / "store_protocol/seed_disconnect", d);
+    // A token-protected server (leading 0xA5, see the harness): a request before HELLO, a wrong
+    // token, the right one, a value over the limit, the store filled up, a fourth connection.
+    std::string t(1, char(0xA5));
+    send(t, 0, frame(kSet, {"k", "v"}));
+    send(t, 1, frame(kHello, {"wrong"}));
+    send(t, 2, frame(kHello, {"fuzz-token"}));
+    send(t, 2, frame(kSet, {"big", std::string(64, 'x')}));
+    send(t, 2, frame(kSet, {"a", std::string(39, 'a')}));
+    send(t, 2, frame(kSet, {"b", std::string(39, 'b')}));
+    send(t, 2, frame(kSet, {"c", std::string(39, 'c')}));
+    send(t, 2, frame(kSet, {"d", std::string(39, 'd')}));
+    send(t, 2, frame(kSet, {"e", std::string(39, 'e')}));
+    send(t, 2, frame(kAdd, {"n", encode_i64(1)}));
+    send(t, 3, frame(kHello, {"fuzz-token"}));
+    t += char(2 | 2 << 2);
+    t += char(3 | 2 << 2);
+    write_bytes(root / "store_protocol/seed_token_limits", t);
   }
   std::printf("seeds written under %s\n", root.c_str());
   return 0;

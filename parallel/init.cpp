@@ -9,6 +9,7 @@
 #include <kiln/core/error.h>
 #include <kiln/parallel/debug_level.h>
 #include <kiln/parallel/gloo_process_group.h>
+#include <kiln/parallel/job_store.h>
 #include <kiln/parallel/nccl_process_group.h>
 
 namespace kiln::dist {
@@ -20,6 +21,7 @@ bool is_loopback(const std::string& addr) {
 
 // The address this rank's Gloo device binds and advertises to its peers.
 std::string gloo_hostname(const std::string& master_addr) {
+  if (std::string chosen = advertised_address(); !chosen.empty()) return chosen;  // kiln-run's elastic agent
   if (is_loopback(master_addr)) return "127.0.0.1";
   char name[256] = {};
   KILN_CHECK_DIST(::gethostname(name, sizeof name - 1) == 0, "init_process_group: gethostname failed");
@@ -44,12 +46,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     KILN_CHECK_DIST(cuda::is_available(), "init_process_group: backend \"nccl\" needs a usable CUDA device, and ",
                     cuda::build_info(), "; pass backend \"gloo\" for CPU collectives");
   }
-  auto store = make_tcp_store(TCPStoreOptions()
-                                  .host(env.master_addr)
-                                  .port(static_cast<uint16_t>(env.master_port))
-                                  .is_server(env.rank == 0)
-                                  .timeout(env.timeout));
-  store->set_timeout(env.timeout);
+  auto store = make_job_store(env, env.timeout);  // rank 0's, or kiln-run's agent's (per generation)
   if constexpr (cuda::kBuilt) {
     if (backend == "nccl") {
       // One device per local rank, as torchrun users set with torch.cuda.set_device(local_rank).

@@ -38,7 +38,8 @@ struct LaunchOptions {
 // Runs the workers until all exit; returns 0, or the first failed worker's status (its exit
 // code, 128 + signal when killed; 127 when the program could not be executed). SIGINT and
 // SIGTERM sent to the launcher are forwarded to the workers and make it return 128 + signal.
-// Workers run in their own process groups with stdin from /dev/null. Installs its own SIGINT,
+// Workers run in their own process groups with stdin from /dev/null, SIGPIPE ignored (as in
+// Python), and get SIGKILL if the launcher itself dies. Installs its own SIGINT,
 // SIGTERM and SIGPIPE handlers while running (restored on return): one launch() at a time per
 // process. Throws kiln::Error for invalid options.
 int launch(const LaunchOptions& options);

@@ -4,17 +4,21 @@
 #pragma once
 
 #include <kiln/parallel/checked_process_group.h>
+#include <kiln/parallel/checkpoint_agreement.h>
 #include <kiln/parallel/comm_hooks.h>
 #include <kiln/parallel/debug_level.h>
 #include <kiln/parallel/ddp.h>
+#include <kiln/parallel/elastic_agent.h>
 #include <kiln/parallel/file_store.h>
 #include <kiln/parallel/fsdp.h>
 #include <kiln/parallel/gloo_process_group.h>
 #include <kiln/parallel/init.h>
+#include <kiln/parallel/job_store.h>
 #include <kiln/parallel/launcher.h>
 #include <kiln/parallel/nccl_process_group.h>
 #include <kiln/parallel/powersgd_hook.h>
 #include <kiln/parallel/process_group.h>
+#include <kiln/parallel/rendezvous.h>
 #include <kiln/parallel/shard_layout.h>
 #include <kiln/parallel/sharded_checkpoint.h>
 #include <kiln/parallel/sharded_optimizer.h>

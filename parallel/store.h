@@ -42,19 +42,39 @@ class Store {
 };
 
 struct TCPStoreOptions {
-  std::string host_ = "127.0.0.1";
+  std::string host_ = "127.0.0.1";  // where clients connect: IPv4, IPv6 (brackets optional) or a name
   uint16_t port_ = 29500;
-  bool is_server_ = false;  // rank 0 serves; it also connects as a client
+  bool is_server_ = false;  // rank 0 (or kiln-run's agent) serves; it also connects as a client
   Millis timeout_ = kDefaultTimeout;
+  // The server's listening address: empty binds `host` (what it resolves to, first address);
+  // "*", "::" or "0.0.0.0" bind every interface ("*" and "::" IPv6 and IPv4 where possible).
+  std::string bind_;
+  // Shared secret every client presents; empty: KILN_STORE_TOKEN from the environment (empty
+  // there too: no token). A server with a token refuses clients without it, and a client told
+  // "wrong token" fails at once with that message (Note [TCP store protocol]).
+  std::string token_;
+  // Server limits, each refused with an error naming it while the others are served on.
+  size_t max_connections_ = 1024;           // open client connections
+  size_t max_value_bytes_ = 64u << 20;      // one value (the protocol's own cap is 64 MiB)
+  size_t max_total_bytes_ = size_t(1) << 30;  // keys plus values held
   TCPStoreOptions& host(std::string h) { host_ = std::move(h); return *this; }
   TCPStoreOptions& port(uint16_t p) { port_ = p; return *this; }
   TCPStoreOptions& is_server(bool v) { is_server_ = v; return *this; }
   TCPStoreOptions& timeout(Millis t) { timeout_ = t; return *this; }
+  TCPStoreOptions& bind(std::string b) { bind_ = std::move(b); return *this; }
+  TCPStoreOptions& token(std::string t) { token_ = std::move(t); return *this; }
+  TCPStoreOptions& max_connections(size_t n) { max_connections_ = n; return *this; }
+  TCPStoreOptions& max_value_bytes(size_t n) { max_value_bytes_ = n; return *this; }
+  TCPStoreOptions& max_total_bytes(size_t n) { max_total_bytes_ = n; return *this; }
 };
 
-// Makes the TCP store: the server (when is_server) binds only to `host`, and every process
-// connects to it as a client, retrying until the timeout.
+// Makes the TCP store: the server (when is_server) listens on `bind` (default: `host`), and every
+// process connects to it as a client, retrying until the timeout while nothing listens yet.
 std::shared_ptr<Store> make_tcp_store(const TCPStoreOptions& options);
+
+// Only the server side (no client connection), e.g. kiln-run's agent hosting the rendezvous for
+// workers that may all die: the store lives until the returned handle is destroyed.
+std::shared_ptr<void> serve_tcp_store(const TCPStoreOptions& options);
 
 // Keys under a prefix ("<prefix>/<key>"), so several groups can share one store.
 std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> store);

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -37,13 +38,19 @@ int remaining_ms(Clock::time_point deadline) {
   return left <= 0 ? 0 : int(std::min<int64_t>(left, 1 << 30));
 }
 
+}  // namespace
+
+std::unique_ptr<tcp::Server> make_server(const TCPStoreOptions& o);
+
+namespace {
+
 class TcpStore final : public Store {
  public:
   explicit TcpStore(const TCPStoreOptions& o)
-      : host_(o.host_), port_(o.port_), where_(o.host_ + ":" + std::to_string(o.port_)) {
+      : host_(o.host_), port_(o.port_), where_(tcp::host_port(o.host_, o.port_)), token_(token_of(o)) {
     timeout_ = o.timeout_;
     KILN_CHECK(o.timeout_.count() > 0, "TCP store: the timeout must be positive, got ", o.timeout_.count(), " ms");
-    if (o.is_server_) server_ = std::make_unique<tcp::Server>(host_, port_);
+    if (o.is_server_) server_ = make_server(o);
     std::lock_guard lock(mu_);
     connect(deadline_after(timeout_));
   }
@@ -97,15 +104,17 @@ class TcpStore final : public Store {
                " bytes exceeds the limit of ", tcp::kMaxKeyBytes, " bytes");
   }
 
-  // Connects, retrying while nothing listens yet (the server may start later), until `deadline`.
+  // Connects, retrying while nothing listens yet (the server may start later), until `deadline`,
+  // then presents the token (HELLO); a refusal fails at once with the server's reason.
   void connect(Clock::time_point deadline) {
-    const sockaddr_in addr = tcp::resolve_ipv4(host_, port_);
+    const std::vector<tcp::Address> addrs = tcp::resolve(host_, port_);
     std::string last_error = "timed out";
-    for (;;) {
-      Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    for (size_t attempt = 0;; ++attempt) {
+      const tcp::Address& addr = addrs[attempt % addrs.size()];
+      Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
       KILN_CHECK_DIST(fd.valid(), "TCP store: socket() failed: ", tcp::errno_text(errno));
       tcp::set_nonblocking(fd.get(), true);
-      int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+      int rc = ::connect(fd.get(), addr.get(), addr.len);
       int err = rc == 0 ? 0 : errno;
       if (err == EINPROGRESS) {
         pollfd p{fd.get(), POLLOUT, 0};
@@ -120,6 +129,7 @@ class TcpStore final : public Store {
         tcp::set_nonblocking(fd.get(), false);
         tcp::set_nodelay(fd.get());
         fd_ = std::move(fd);
+        hello(deadline);
         return;
       }
       last_error = tcp::errno_text(err);
@@ -128,6 +138,22 @@ class TcpStore final : public Store {
                       " ms (last error: ", last_error, ")");
       std::this_thread::sleep_for(std::min<Clock::duration>(Millis(50), deadline - now));
     }
+  }
+
+  void hello(Clock::time_point deadline) {
+    const std::string what = "connect";
+    send_frame({tcp::kHello, {token_}}, what);
+    Frame r;
+    if (!recv_frame(r, std::max(deadline, deadline_after(Millis(10000))), what))
+      fail(what, "the server did not answer the handshake");
+    if (r.tag == tcp::kError) fail(what, "refused: " + (r.items.empty() ? std::string("no reason given") : r.items[0]));
+    if (r.tag != tcp::kOk) fail(what, "unexpected reply to the handshake (is this a Kiln store?)");
+  }
+
+  static std::string token_of(const TCPStoreOptions& o) {
+    if (!o.token_.empty()) return o.token_;
+    const char* env = std::getenv("KILN_STORE_TOKEN");
+    return env ? std::string(env) : std::string();
   }
 
   void send_frame(const Frame& f, const std::string& what) {
@@ -159,7 +185,7 @@ class TcpStore final : public Store {
       char buf[64 * 1024];
       const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
       if (n < 0 && errno == EINTR) continue;
-      if (n == 0) fail(what, "the server closed the connection");
+      if (n == 0) fail(what, "the server closed the connection (is the process hosting the store still alive?)");
       if (n < 0) fail(what, "recv failed: " + tcp::errno_text(errno));
       in_.append(buf, size_t(n));
     }
@@ -210,6 +236,7 @@ class TcpStore final : public Store {
   std::string host_;
   uint16_t port_;
   std::string where_;
+  std::string token_;
   std::unique_ptr<tcp::Server> server_;  // declared before the connection: destroyed after it
   std::mutex mu_;
   Fd fd_;
@@ -218,8 +245,26 @@ class TcpStore final : public Store {
 
 }  // namespace
 
+std::unique_ptr<tcp::Server> make_server(const TCPStoreOptions& o) {
+  KILN_CHECK(o.max_connections_ >= 1, "TCP store: max_connections must be at least 1");
+  KILN_CHECK(o.max_value_bytes_ <= tcp::kMaxValueBytes, "TCP store: max_value_bytes ", o.max_value_bytes_,
+             " exceeds the protocol's limit of ", tcp::kMaxValueBytes);
+  tcp::ServerConfig config;
+  config.token = o.token_;
+  if (config.token.empty())
+    if (const char* env = std::getenv("KILN_STORE_TOKEN")) config.token = env;
+  config.max_connections = o.max_connections_;
+  config.max_value_bytes = o.max_value_bytes_;
+  config.max_total_bytes = o.max_total_bytes_;
+  return std::make_unique<tcp::Server>(o.bind_.empty() ? o.host_ : o.bind_, o.port_, std::move(config));
+}
+
 std::shared_ptr<Store> make_tcp_store(const TCPStoreOptions& options) {
   return std::make_shared<TcpStore>(options);
+}
+
+std::shared_ptr<void> serve_tcp_store(const TCPStoreOptions& options) {
+  return std::shared_ptr<tcp::Server>(make_server(options));
 }
 
 }  // namespace kiln::dist

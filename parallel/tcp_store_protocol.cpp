@@ -30,7 +30,7 @@ void write_le(uint64_t v, int bytes, std::string& out) {
 int64_t max_items(uint8_t tag) {
   switch (tag) {
     case kSet: case kAdd: return 2;
-    case kGet: case kCheck: return 1;
+    case kGet: case kCheck: case kHello: return 1;
     case kWait: case kCancelled: return kMaxKeys;
     case kCancel: return 0;
     case kOk: case kError: return 1;
@@ -41,7 +41,7 @@ int64_t max_items(uint8_t tag) {
 int64_t min_items(uint8_t tag) {
   switch (tag) {
     case kSet: case kAdd: return 2;
-    case kGet: case kCheck: case kWait: return 1;
+    case kGet: case kCheck: case kWait: case kHello: return 1;
     default: return 0;
   }
 }
@@ -52,7 +52,7 @@ uint64_t max_item_bytes(uint8_t tag, uint32_t i) {
     case kSet: return i == 0 ? kMaxKeyBytes : kMaxValueBytes;
     case kAdd: return i == 0 ? kMaxKeyBytes : 8;
     case kOk: return kMaxValueBytes;
-    default: return kMaxKeyBytes;  // keys, and ERROR's message
+    default: return kMaxKeyBytes;  // keys, HELLO's token and ERROR's message
   }
 }
 
@@ -124,21 +124,37 @@ void Fd::reset() {
   fd_ = -1;
 }
 
-sockaddr_in resolve_ipv4(const std::string& host, uint16_t port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1) return addr;
+std::vector<Address> resolve(const std::string& host, uint16_t port) {
+  std::string name = host;
+  if (name.size() >= 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
   addrinfo hints{};
-  hints.ai_family = AF_INET;
+  hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  KILN_CHECK_DIST(rc == 0 && found != nullptr, "TCP store: cannot resolve host \"", host, "\" to an IPv4 address: ",
-                  ::gai_strerror(rc));
-  addr.sin_addr = reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(name.c_str(), service.c_str(), &hints, &found);
+  KILN_CHECK_DIST(rc == 0 && found != nullptr, "TCP store: cannot resolve host \"", host, "\": ", ::gai_strerror(rc));
+  std::vector<Address> out;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family != AF_INET && a->ai_family != AF_INET6) continue;
+    Address addr;
+    std::memcpy(&addr.storage, a->ai_addr, a->ai_addrlen);
+    addr.len = a->ai_addrlen;
+    out.push_back(addr);
+  }
   ::freeaddrinfo(found);
-  return addr;
+  KILN_CHECK_DIST(!out.empty(), "TCP store: host \"", host, "\" has no IPv4 or IPv6 address");
+  return out;
+}
+
+std::string host_port(const std::string& host, uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+bool is_any_address(const std::string& host) {
+  return host.empty() || host == "*" || host == "0.0.0.0" || host == "::" || host == "[::]";
 }
 
 std::string errno_text(int err) {

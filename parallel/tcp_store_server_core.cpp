@@ -1,10 +1,21 @@
 // The TCP store server's request handling, free of sockets (tcp_store_server_core.h): SET, GET,
-// ADD, CHECK, WAIT and CANCEL against the key-value map, parking and unparking GET/WAIT.
+// ADD, CHECK, WAIT, CANCEL and HELLO against the key-value map, parking and unparking GET/WAIT,
+// with the token and the size limits of ServerConfig.
 #include "tcp_store_server_core.h"
 
 #include <charconv>
 
 namespace kiln::dist::tcp {
+namespace {
+
+// Compares without stopping at the first difference, so timing does not leak the token's prefix.
+bool same_token(const std::string& a, const std::string& b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (size_t i = 0; i < a.size(); ++i) diff |= unsigned(uint8_t(a[i]) ^ uint8_t(b.empty() ? 0 : b[i % b.size()]));
+  return diff == 0;
+}
+
+}  // namespace
 
 uint64_t ServerCore::add_client() {
   const uint64_t id = next_id_++;
@@ -12,12 +23,31 @@ uint64_t ServerCore::add_client() {
   return id;
 }
 
+void ServerCore::refuse(uint64_t id, const std::string& why) {
+  ClientState& c = clients_.at(id);
+  if (c.closing || c.dead) return;
+  unpark(id, c);
+  reply(c, kError, {why.substr(0, kMaxKeyBytes)});
+  c.closing = true;
+  c.in.clear();
+}
+
+size_t ServerCore::open_clients() const {
+  size_t n = 0;
+  for (const auto& [id, c] : clients_) n += !c.dead && !c.closing;
+  return n;
+}
+
 bool ServerCore::handle_frames(uint64_t id) {
   ClientState& c = clients_.at(id);
   bool progress = false;
   size_t pos = 0;
   Frame req;
-  while (!c.dead && c.out.size() <= kOutHighWater) {
+  if (c.closing) {
+    c.in.clear();
+    return false;
+  }
+  while (!c.dead && !c.closing && c.out.size() <= kOutHighWater) {
     size_t used = 0;
     const Parse p = parse_frame(c.in.data() + pos, c.in.size() - pos, req, used);
     if (p == Parse::incomplete) break;
@@ -27,9 +57,14 @@ bool ServerCore::handle_frames(uint64_t id) {
     }
     pos += used;
     progress = true;
+    if (!c.authed && req.tag != kHello && !config_.token.empty()) {
+      refuse(id, "this store needs a token: set KILN_STORE_TOKEN to the job's token");
+      return progress;
+    }
     handle(id, c, req);
   }
-  c.in.erase(0, pos);
+  if (c.closing) c.in.clear();
+  else c.in.erase(0, pos);
   return progress;
 }
 
@@ -46,11 +81,21 @@ std::vector<uint64_t> ServerCore::remove_dead() {
 
 void ServerCore::handle(uint64_t id, ClientState& c, Frame& req) {
   switch (req.tag) {
+    case kHello:
+      if (!config_.token.empty() && !same_token(req.items[0], config_.token)) {
+        refuse(id, req.items[0].empty() ? "this store needs a token: set KILN_STORE_TOKEN to the job's token"
+                                        : "wrong store token: KILN_STORE_TOKEN differs from the server's");
+        return;
+      }
+      c.authed = true;
+      reply(c, kOk);
+      return;
     case kSet: {
       std::string key = req.items[0];
-      data_[key] = std::move(req.items[1]);
-      reply(c, kOk);
-      notify(key);
+      if (store(c, key, std::move(req.items[1]))) {
+        reply(c, kOk);
+        notify(key);
+      }
       return;
     }
     case kAdd: {
@@ -69,9 +114,10 @@ void ServerCore::handle(uint64_t id, ClientState& c, Frame& req) {
         reply(c, kError, {"add(\"" + key + "\", " + std::to_string(delta) + ") overflows int64"});
         return;
       }
-      data_[key] = std::to_string(value);
-      reply(c, kOk, {encode_i64(value)});
-      notify(key);
+      if (store(c, key, std::to_string(value))) {
+        reply(c, kOk, {encode_i64(value)});
+        notify(key);
+      }
       return;
     }
     case kCheck:
@@ -96,6 +142,27 @@ void ServerCore::handle(uint64_t id, ClientState& c, Frame& req) {
     default:
       c.dead = true;
   }
+}
+
+bool ServerCore::store(ClientState& c, const std::string& key, std::string value) {
+  if (value.size() > config_.max_value_bytes) {
+    reply(c, kError, {"set(\"" + key.substr(0, 256) + "\"): a value of " + std::to_string(value.size()) +
+                          " bytes exceeds the server's limit of " + std::to_string(config_.max_value_bytes) + " bytes"});
+    return false;
+  }
+  auto it = data_.find(key);
+  const size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
+  const size_t total = stored_bytes_ - old + key.size() + value.size();
+  if (total > config_.max_total_bytes && total > stored_bytes_) {
+    reply(c, kError, {"set(\"" + key.substr(0, 256) + "\"): the store is full (" + std::to_string(stored_bytes_) +
+                          " bytes held, this would make " + std::to_string(total) + ", the limit is " +
+                          std::to_string(config_.max_total_bytes) + ")"});
+    return false;
+  }
+  stored_bytes_ = total;
+  if (it == data_.end()) data_.emplace(key, std::move(value));
+  else it->second = std::move(value);
+  return true;
 }
 
 // Answers c's parked request if all its keys exist; otherwise parks it on the first missing key.

@@ -52,3 +52,28 @@ if(KILN_WITH_CUDA)
   endforeach()
   set_tests_properties(${_nccl_tests} PROPERTIES LABELS "parallel;dist;gpu" SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
+
+# Elastic kiln-run on 2-3 hosts made of network namespaces (netns_elastic.sh; each host runs one
+# agent and one train_gpt worker): kills of a worker and of a host's agent, restarts that end with
+# the uninterrupted run's losses, a host leaving, a checkpoint on one host only, a wrong token and
+# a connection flood. Needs root for `ip netns`; exits 77 (skipped) where namespaces are refused.
+if(TARGET train_gpt AND TARGET kiln-make-shards)
+  set(_elastic_tests "")
+  foreach(_scenario kill_worker kill_agent restart leave partial_ckpt token_flood)
+    set(_runs 1)
+    if(_scenario STREQUAL "kill_agent")
+      set(_runs 2)  # the store's host, then the other one
+    endif()
+    add_test(NAME parallel_elastic_${_scenario}
+             COMMAND /bin/bash ${CMAKE_CURRENT_SOURCE_DIR}/parallel/netns_elastic.sh $<TARGET_FILE_DIR:train_gpt>
+                     ${CMAKE_CURRENT_BINARY_DIR}/parallel_elastic_${_scenario} ${_scenario} ${_runs})
+    list(APPEND _elastic_tests parallel_elastic_${_scenario})
+  endforeach()
+  set_tests_properties(${_elastic_tests} PROPERTIES LABELS "${_kiln_run_labels}" SKIP_RETURN_CODE 77 TIMEOUT 240
+                       PROCESSORS 2)
+endif()
+
+# Two elastic agents on loopback (no root needed): variables, per-generation prefix, a joint restart.
+add_test(NAME parallel_elastic_loopback
+         COMMAND /bin/sh ${CMAKE_CURRENT_SOURCE_DIR}/parallel/elastic_loopback.sh $<TARGET_FILE:kiln-run>)
+set_tests_properties(parallel_elastic_loopback PROPERTIES LABELS "${_kiln_run_labels}" TIMEOUT 60)

@@ -81,3 +81,48 @@ TEST_CASE("a malformed frame or a request while parked drops only that client, a
   CHECK(rc[1].tag == kError);
   CHECK(rc[1].items.at(0).find("overflows int64") != std::string::npos);
 }
+
+TEST_CASE("with a token: requests before HELLO and a wrong token are refused; the right one is served") {
+  ServerConfig config;
+  config.token = "tok";
+  ServerCore core(config);
+  const uint64_t early = core.add_client(), wrong = core.add_client(), good = core.add_client();
+  core.clients().at(early).in = frame(kSet, {"k", "v"});
+  auto r = replies(core, early);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].tag == kError);
+  CHECK(r[0].items.at(0).find("needs a token") != std::string::npos);
+  CHECK(core.clients().at(early).closing);
+  core.clients().at(wrong).in = frame(kHello, {"nope"}) + frame(kSet, {"k", "v"});
+  r = replies(core, wrong);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].items.at(0).find("wrong store token") != std::string::npos);
+  CHECK(core.data().empty());
+  core.clients().at(good).in = frame(kHello, {"tok"}) + frame(kSet, {"k", "v"});
+  r = replies(core, good);
+  REQUIRE(r.size() == 2);
+  CHECK(r[1].tag == kOk);
+  CHECK(core.data().at("k") == "v");
+}
+
+TEST_CASE("value and total-byte limits answer ERROR and keep the connection; replacing frees bytes") {
+  ServerConfig config;
+  config.max_value_bytes = 8;
+  config.max_total_bytes = 20;
+  ServerCore core(config);
+  const uint64_t c = core.add_client();
+  core.clients().at(c).in = frame(kSet, {"a", "123456789"}) + frame(kSet, {"a", "12345678"}) +
+                            frame(kSet, {"b", "12345678"}) + frame(kSet, {"c", "12345678"}) +
+                            frame(kSet, {"a", "1"}) + frame(kSet, {"c", "12345678"});
+  auto r = replies(core, c);
+  REQUIRE(r.size() == 6);
+  CHECK(r[0].tag == kError);  // 9 bytes > 8
+  CHECK(r[1].tag == kOk);     // a: 9 bytes held
+  CHECK(r[2].tag == kOk);     // b: 18
+  CHECK(r[3].tag == kError);  // c would make 27 > 20
+  CHECK(r[3].items.at(0).find("the store is full") != std::string::npos);
+  CHECK(r[4].tag == kOk);     // a shrinks: 11
+  CHECK(r[5].tag == kOk);     // c: 20
+  CHECK(core.stored_bytes() == 20);
+  CHECK_FALSE(core.clients().at(c).dead);
+}
