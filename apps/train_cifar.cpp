@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "common/duration.h"
 #include "common/job.h"
 #include "common/metrics_writer.h"
+#include "common/parallel_flags.h"
 #include "common/profiling.h"
 
 using namespace kiln;
@@ -30,37 +32,18 @@ using namespace kiln;
 namespace {
 
 struct Args {
-  std::string data_dir;
-  bool synthetic = false;
-  int64_t train_size = 0;  // 0: all (synthetic: 50000)
-  int64_t test_size = 0;   // 0: all (synthetic: 10000)
-  std::string model = "standard";
-  int64_t epochs = 10;
-  int64_t batch_size = 512;
-  int grad_accum = 1;
-  std::string optimizer = "sgd";
-  double lr = 0.2;
-  double weight_decay = 5e-4;
-  double momentum = 0.9;
-  double label_smoothing = 0.2;
-  std::string schedule = "linear";
-  double warmup_epochs = 0.5;
-  std::string dtype = "fp32";
-  std::string device = "cpu";
-  std::string backend = "auto";
-  std::string sharding = "none";
-  int64_t workers = 2;
-  uint64_t seed = 0;
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 1;
-  bool resume = false;
-  bool sync_bn = false;
-  int64_t stop_after_epoch = 0;
-  std::string metrics;
-  std::string acc_svg;
-  int threads = 0;
-  int log_every = 10;
+  std::string data_dir, model = "standard";
+  bool synthetic = false, resume = false, sync_bn = false;
+  int64_t train_size = 0, test_size = 0;  // 0: all (synthetic: 50000 and 10000)
+  int64_t epochs = 10, batch_size = 512, workers = 2, checkpoint_every = 1, stop_after_epoch = 0;
   int64_t eval_batch_size = 500;
+  int grad_accum = 1, threads = 0, log_every = 10;
+  std::string optimizer = "sgd", schedule = "linear";
+  double lr = 0.2, weight_decay = 5e-4, momentum = 0.9, label_smoothing = 0.2, warmup_epochs = 0.5;
+  std::string dtype = "fp32", device = "cpu", backend = "auto";
+  apps::ParallelFlags parallel;
+  uint64_t seed = 0;
+  std::string checkpoint_dir, metrics, acc_svg;
   apps::ProfileFlags profile;
 };
 
@@ -102,10 +85,7 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--sync-bn", a.sync_bn, "SyncBatchNorm: batch statistics over every rank's images together "
                                       "(dist::convert_sync_batchnorm; no effect alone)");
-  app.add_option("--sharding", a.sharding, "data parallel sharding: none (DDP), zero1 (optimizer state sharded), "
-                 "zero2 (and gradients), full (FSDP: parameters too, each conv group a unit and the head in the root); "
-                 "BatchNorm buffers are never sharded: rank 0's are broadcast before each forward in every mode")
-      ->check(CLI::IsMember({"none", "zero1", "zero2", "full"}))->capture_default_str();
+  apps::add_parallel_flags(app, a.parallel, "each conv group (the head in the root)");
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (fresh start when there is none)");
   app.add_option("--stop-after-epoch", a.stop_after_epoch, "end the run after this epoch as if interrupted (the LR "
                                                            "schedule still spans --epochs); 0 = run to the end")
@@ -154,26 +134,22 @@ int run(const Args& a) {
   model->to(device);
   auto optimizer = apps::make_cifar_optimizer({a.optimizer, a.lr, a.momentum, a.weight_decay}, model->parameters());
   dist::Trainer trainer(model, optimizer, job.group,
-                        dist::TrainerOptions().amp(amp).log_every(a.log_every).grad_accum_steps(a.grad_accum)
-                            .sharding(dist::parse_sharding(a.sharding))
+                        apps::with_parallel_flags(dist::TrainerOptions(), a.parallel)
+                            .amp(amp).log_every(a.log_every).grad_accum_steps(a.grad_accum)
                             .fsdp(dist::FSDPOptions().wrap({"CifarConvGroup"})),
                         apps::make_cifar_schedule(a.schedule, warmup, total_steps));
+  apps::register_comm_hook(trainer, a.parallel, a.seed);
 
   int64_t start_epoch = 0;
   double elapsed_before = 0;
   if (a.resume) {
     KILN_CHECK(!a.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    // All ranks agree on the checkpoint (Note [Agreeing on a checkpoint]); one only some see is skipped.
-    const dist::AgreedCheckpoint agreed = dist::agree_on_checkpoint(job.group.get(), a.checkpoint_dir);
-    if (job.main())
-      for (const std::string& why : agreed.skipped) std::printf("checkpoint not used: %s\n", why.c_str());
-    const std::string path = agreed.path;
+    const std::string path = apps::agreed_checkpoint(job, a.checkpoint_dir);
     if (auto cursor = trainer.load_checkpoint(path)) {
-      long long epoch = 0;
-      KILN_CHECK(std::sscanf(cursor->c_str(), "epoch=%lld elapsed=%lf", &epoch, &elapsed_before) == 2,
-                 "checkpoint ", path, " has no train_cifar cursor (found '", *cursor, "')");
-      start_epoch = epoch;
-      if (job.main()) std::printf("resumed from %s: epoch %lld, step %lld\n", path.c_str(), epoch, (long long)trainer.global_step());
+      std::tie(start_epoch, elapsed_before) = apps::parse_epoch_cursor(*cursor, path);
+      if (job.main())
+        std::printf("resumed from %s: epoch %lld, step %lld\n", path.c_str(), (long long)start_epoch,
+                    (long long)trainer.global_step());
     } else if (job.main()) {
       std::printf("no checkpoint in %s common to all ranks: starting from scratch\n", a.checkpoint_dir.c_str());
     }
@@ -225,10 +201,7 @@ int run(const Args& a) {
         const int64_t done = trainer.global_step() - steps_at_start;
         const double t = seconds_since(run_start), rate = double(done * a.batch_size) / t;
         const double eta = t / double(done) * double(last_epoch * steps_per_epoch - trainer.global_step());
-        std::fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %s   ", (long long)epoch + 1,
-                     (long long)a.epochs, (long long)(batch->index + 1), (long long)steps_per_epoch, last_loss, rate,
-                     apps::format_duration(eta, apps::DurationStyle::clock).c_str());
-        std::fflush(stderr);
+        apps::print_progress(epoch + 1, a.epochs, batch->index + 1, steps_per_epoch, last_loss, rate, eta);
       }
     }
     const double train_seconds = seconds_since(epoch_start);
@@ -247,9 +220,8 @@ int run(const Args& a) {
       history.push_back(m);
     }
     if (!a.checkpoint_dir.empty() && (m.epoch % a.checkpoint_every == 0 || m.epoch == last_epoch)) {
-      char cursor[96];
-      std::snprintf(cursor, sizeof cursor, "epoch=%lld elapsed=%.17g", (long long)m.epoch, m.elapsed_s);
-      trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, trainer.global_step()), cursor);
+      trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, trainer.global_step()),
+                              apps::epoch_cursor(m.epoch, m.elapsed_s));
     }
   }
   profiler.finish();

@@ -18,6 +18,7 @@
 
 #include "common/app_main.h"
 #include "common/job.h"
+#include "common/parallel_flags.h"
 #include "common/profiling.h"
 #include "gpt/mfu.h"
 #include "gpt/model_flags.h"
@@ -38,17 +39,13 @@ struct Args {
   int64_t eval_every = 0, eval_tokens = 65536, log_every = 10;
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
-  bool resume = false, recompute = false, sharded_checkpoints = false;
-  std::string sharding = "none";
-  std::string comm_hook = "none";
-  int powersgd_rank = 4;
-  int64_t powersgd_start = 10;
+  bool resume = false, recompute = false;
+  apps::ParallelFlags parallel;
   uint64_t seed = 1337;
   int threads = 0;
   std::string metrics, loss_svg;
   std::optional<double> entropy_floor;
   double peak_flops = 0;
-  double bucket_cap_mb = 25;
   apps::ProfileFlags profile;
 };
 
@@ -93,23 +90,9 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
                  "final checkpoint");
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
                "schedule, RNG, data cursor), if there is one");
-  app.add_option("--comm-hook", a.comm_hook, "DDP gradient reduction: none (built-in all-reduce), allreduce (the same as "
-                 "a hook), fp16 or bf16 (16-bit on the wire), powersgd (rank --powersgd-rank with error feedback)")
-      ->check(CLI::IsMember({"none", "allreduce", "fp16", "bf16", "powersgd"}))->capture_default_str();
-  app.add_option("--powersgd-rank", a.powersgd_rank, "PowerSGD matrix approximation rank")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--powersgd-start", a.powersgd_start, "optimizer steps reduced by plain all-reduce before PowerSGD "
-                 "starts (> 1)")->check(CLI::Range(int64_t(2), int64_t(1) << 40))->capture_default_str();
   app.add_flag("--recompute", a.recompute, "activation checkpointing: keep only each block's input and re-run the "
                "block in backward (about 1/3 more compute, far less activation memory; same results)");
-  app.add_option("--sharding", a.sharding, "data parallel sharding: none (DDP), zero1 (AdamW state sharded, "
-                 "ZeroRedundancyOptimizer), zero2 (state and gradients sharded: reduce-scatter per bucket), full "
-                 "(FSDP: parameters sharded too, each transformer block a unit gathered before its forward and "
-                 "backward)")->check(CLI::IsMember({"none", "zero1", "zero2", "full"}))
-      ->capture_default_str();
-  app.add_flag("--sharded-checkpoints", a.sharded_checkpoints, "with zero1/zero2/full: every rank writes its optimizer "
-               "shard next to the checkpoint (rank 0 the index) instead of rank 0 writing the gathered state; "
-               "either kind resumes at any world size and sharding");
+  apps::add_parallel_flags(app, a.parallel, "each transformer block");
   app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
   app.add_option("--device", a.device, "cpu or cuda (under a launcher each rank takes cuda:LOCAL_RANK)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
@@ -119,8 +102,6 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
                  "mfu, grad_norm, elapsed_s; fp16: skipped, skipped_steps since the last line), one per "
                  "evaluation (val_loss); appended to on --resume");
   app.add_option("--loss-svg", a.loss_svg, "write an SVG loss curve of this run at the end");
-  app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP: MiB of gradients per all-reduce bucket (torch's "
-                 "bucket_cap_mb; the first bucket is 1 MiB)")->check(CLI::PositiveNumber)->capture_default_str();
   apps::add_profile_flags(app, a.profile);
   app.add_option("--entropy-floor", floor_flag, "the data's entropy floor in nats/token, shown next to the loss "
                  "(default: read from floor.txt next to the --train shards, which kiln-make-shards --synthetic writes)");
@@ -168,38 +149,22 @@ int run(Args a) {
     groups.push_back({g.params, optim::AdamWOptions(adamw).weight_decay(g.weight_decay)});
   auto optimizer = std::make_shared<optim::AdamW>(std::move(groups));
   const DType amp = a.dtype == "fp32" ? DType::f32 : a.dtype == "bf16" ? DType::bf16 : DType::f16;
-  dist::TrainerOptions topts = dist::TrainerOptions().grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
-                                   .log_every(0)  // train_gpt asks for the loss itself (sync_loss)
-                                   .sharding(dist::parse_sharding(a.sharding))
-                                   .sharded_checkpoints(a.sharded_checkpoints)
-                                   .checkpoint_cursor([&] { return train_loader.cursor(); })
-                                   .ddp(dist::DDPOptions().bucket_cap_mb(a.bucket_cap_mb))
-                                   .fsdp(dist::FSDPOptions().wrap({"GPTBlock"}));  // --sharding full's units
+  dist::TrainerOptions topts =
+      apps::with_parallel_flags(dist::TrainerOptions(), a.parallel)
+          .grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
+          .log_every(0)  // train_gpt asks for the loss itself (sync_loss)
+          .checkpoint_cursor([&] { return train_loader.cursor(); })
+          .fsdp(dist::FSDPOptions().wrap({"GPTBlock"}));  // --sharding full's units
   if (!a.checkpoint_dir.empty())
     topts.checkpoint_dir(a.checkpoint_dir).checkpoint_every(static_cast<int>(a.checkpoint_every));
   dist::Trainer trainer(model, optimizer, job.group, topts,
                         optim::warmup_cosine_schedule(optim::WarmupCosineOptions(a.warmup_steps, a.steps)
                                                           .min_factor(a.min_lr / a.lr)));
-  if (trainer.ddp() && a.comm_hook != "none") {
-    dist::DistributedDataParallel& ddp = *trainer.ddp();
-    if (a.comm_hook == "allreduce") ddp.register_comm_hook(dist::allreduce_hook);
-    if (a.comm_hook == "fp16") ddp.register_comm_hook(dist::fp16_compress_hook);
-    if (a.comm_hook == "bf16") ddp.register_comm_hook(dist::bf16_compress_hook);
-    if (a.comm_hook == "powersgd")
-      ddp.register_comm_hook(std::make_shared<dist::PowerSGDState>(dist::PowerSGDOptions()
-                                                                       .matrix_approximation_rank(a.powersgd_rank)
-                                                                       .start_powerSGD_iter(a.powersgd_start)
-                                                                       .random_seed(a.seed)),
-                             dist::powersgd_hook);
-  }
+  apps::register_comm_hook(trainer, a.parallel, a.seed);
 
   std::string resumed_from;
   if (a.resume) {
-    // All ranks agree on the checkpoint (Note [Agreeing on a checkpoint]); one only some see is skipped.
-    const dist::AgreedCheckpoint agreed = dist::agree_on_checkpoint(job.group.get(), a.checkpoint_dir);
-    if (job.main())
-      for (const std::string& why : agreed.skipped) std::printf("checkpoint not used: %s\n", why.c_str());
-    resumed_from = agreed.path;
+    resumed_from = apps::agreed_checkpoint(job, a.checkpoint_dir);
     if (auto cursor = trainer.load_checkpoint(resumed_from); cursor && !cursor->empty()) train_loader.set_cursor(*cursor);
   }
   if (job.main() && !a.checkpoint_dir.empty()) {

@@ -92,4 +92,26 @@ void write_accuracy_svg(const std::string& path, const std::vector<EpochMetrics>
   KILN_CHECK(out.good(), "writing the SVG file ", path, " failed");
 }
 
+void print_progress(int64_t epoch, int64_t epochs, int64_t step, int64_t steps_per_epoch, double loss, double images_per_s,
+                    double eta_s) {
+  std::fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %s   ", (long long)epoch,
+               (long long)epochs, (long long)step, (long long)steps_per_epoch, loss, images_per_s,
+               format_duration(eta_s, DurationStyle::clock).c_str());
+  std::fflush(stderr);
+}
+
+std::string epoch_cursor(int64_t epoch, double elapsed_s) {
+  char cursor[96];
+  std::snprintf(cursor, sizeof cursor, "epoch=%lld elapsed=%.17g", (long long)epoch, elapsed_s);
+  return cursor;
+}
+
+std::pair<int64_t, double> parse_epoch_cursor(const std::string& cursor, const std::string& path) {
+  long long epoch = 0;
+  double elapsed = 0;
+  KILN_CHECK(std::sscanf(cursor.c_str(), "epoch=%lld elapsed=%lf", &epoch, &elapsed) == 2, "checkpoint ", path,
+             " has no train_cifar cursor (found '", cursor, "')");
+  return {epoch, elapsed};
+}
+
 }  // namespace kiln::apps

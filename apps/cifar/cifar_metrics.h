@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::apps {
@@ -28,6 +29,15 @@ nlohmann::json to_json(const EpochMetrics& m);
 void print_epoch(const EpochMetrics& m, int64_t epochs);
 // The inverse; a missing or mistyped field throws naming it.
 EpochMetrics epoch_metrics_from_json(const nlohmann::json& j);
+
+// The live progress line on a terminal (stderr, rewritten in place); `step` is 1-based within the epoch.
+void print_progress(int64_t epoch, int64_t epochs, int64_t step, int64_t steps_per_epoch, double loss, double images_per_s,
+                    double eta_s);
+
+// The cursor a train_cifar checkpoint carries ("epoch=E elapsed=S": epochs done, seconds trained)
+// and its inverse on --resume; a cursor of another app is an error naming `path`.
+std::string epoch_cursor(int64_t epoch, double elapsed_s);
+std::pair<int64_t, double> parse_epoch_cursor(const std::string& cursor, const std::string& path);
 
 // A 480x300 SVG: test accuracy (%) against epoch, with axes, ticks and the final value.
 void write_accuracy_svg(const std::string& path, const std::vector<EpochMetrics>& history, const std::string& title);

@@ -1,9 +1,12 @@
 // join_job (see job.h).
 #include "job.h"
 
+#include <cstdio>
+
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/error.h>
+#include <kiln/parallel/checkpoint_agreement.h>
 #include <kiln/parallel/init.h>
 
 namespace kiln::apps {
@@ -29,6 +32,13 @@ Job join_job(const JobOptions& o) {
     cuda::set_device(job.device.index);
   }
   return job;
+}
+
+std::string agreed_checkpoint(const Job& job, const std::string& dir) {
+  const dist::AgreedCheckpoint agreed = dist::agree_on_checkpoint(job.group.get(), dir);
+  if (job.main())
+    for (const std::string& why : agreed.skipped) std::printf("checkpoint not used: %s\n", why.c_str());
+  return agreed.path;
 }
 
 }  // namespace kiln::apps

@@ -30,4 +30,9 @@ struct Job {
 // (collective: every rank calls it), and makes the CUDA device current.
 Job join_job(const JobOptions& options);
 
+// --resume: the newest checkpoint in `dir` that every rank of the job holds with the same content
+// (dist::agree_on_checkpoint, Note [Agreeing on a checkpoint]; collective), "" when none is
+// common. The main rank prints each newer one it skipped and why.
+std::string agreed_checkpoint(const Job& job, const std::string& dir);
+
 }  // namespace kiln::apps

@@ -1,0 +1,34 @@
+// The data-parallel flags train_gpt and train_cifar share, applied to a dist::Trainer the same way
+// in both: --sharding, --sharded-checkpoints, --bucket-cap-mb, and --comm-hook with PowerSGD's
+// --powersgd-rank / --powersgd-start.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include <kiln/parallel/trainer.h>
+
+namespace kiln::apps {
+
+struct ParallelFlags {
+  std::string sharding = "none";
+  bool sharded_checkpoints = false;
+  double bucket_cap_mb = 25;
+  std::string comm_hook = "none";
+  int powersgd_rank = 4;
+  int64_t powersgd_start = 10;
+};
+
+// `full_units` says what --sharding full wraps as a unit in this app (e.g. "each transformer block").
+void add_parallel_flags(CLI::App& app, ParallelFlags& flags, const std::string& full_units);
+
+// `options` with the sharding mode, sharded checkpoints and DDP's bucket cap of `flags`.
+dist::TrainerOptions with_parallel_flags(dist::TrainerOptions options, const ParallelFlags& flags);
+
+// Registers --comm-hook on the trainer's DDP wrapper (nothing without DDP, or for "none").
+// `seed` seeds PowerSGD's random start.
+void register_comm_hook(dist::Trainer& trainer, const ParallelFlags& flags, uint64_t seed);
+
+}  // namespace kiln::apps
