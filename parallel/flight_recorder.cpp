@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include <kiln/core/error.h>
 
 namespace kiln::dist {
@@ -82,26 +84,9 @@ std::vector<CollectiveRecord> FlightRecorder::records() const {
   return out;
 }
 
+// `text` as a JSON string (invalid UTF-8 replaced, never thrown: a dump must not fail).
 std::string json_quote(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string to_json(const CollectiveRecord& r) {

@@ -2,11 +2,9 @@
 // (CheckedProcessGroup) all-gathers its descriptions on the GPU and still reduces correctly, and
 // names a size mismatch (2+ GPUs); PowerSGD on CUDA buckets (Householder QR on the device) at full
 // rank reproduces the average the CPU computes here. Needs a GPU: exits 77 (skipped) without one.
+#include "parallel/cuda_ranks.h"
 #include "parallel/ddp_fixtures.h"
 #include "parallel/temp_dir.h"
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/parallel/checked_process_group.h>
@@ -22,23 +20,10 @@ namespace {
 
 double contribution(int r, int64_t i) { return double((r * 5 + i * 3) % 7) - 3.0 + 0.25 * r; }
 
-// CUDA must not be initialized in the parent before the ranks fork: ask a child how many GPUs.
-int visible_gpus() {
-  pid_t pid = ::fork();
-  if (pid == 0) ::_exit(cuda::is_available() ? std::min(cuda::device_count(), 4) : 0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-}
-
 }  // namespace
 
 TEST_CASE("NCCL: DETAIL checks on the GPU, and full-rank PowerSGD on CUDA buckets equals the average") {
-  const int world = visible_gpus();
-  if (world == 0) {
-    std::printf("SKIPPED: no usable CUDA device\n");
-    std::exit(77);
-  }
+  const int world = test::gpu_ranks_or_skip();
   test::TempDir dir("kiln_nccl_detail");
   const std::string path = dir.path;
   test::run_ranks(world, [&](dist::ProcessGroup& gloo) {

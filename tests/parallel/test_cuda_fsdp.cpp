@@ -2,11 +2,9 @@
 // Linear, accumulation 2, AdamW, f32 and bf16 autocast, with and without activation checkpointing)
 // against DDP on the CPU over Gloo with the same data, within GPU-vs-CPU tolerances. Needs a GPU:
 // exits 77 (skipped) without one.
+#include "parallel/cuda_ranks.h"
 #include "parallel/fsdp_fixtures.h"
 #include "parallel/temp_dir.h"
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/parallel/file_store.h>
@@ -15,25 +13,8 @@
 using namespace kiln;
 using namespace kiln::test;
 
-namespace {
-
-// CUDA must not be initialized in the parent before the ranks fork: ask a child how many GPUs.
-int visible_gpus() {
-  pid_t pid = ::fork();
-  if (pid == 0) ::_exit(cuda::is_available() ? std::min(cuda::device_count(), 4) : 0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-}
-
-}  // namespace
-
 TEST_CASE("FSDP over NCCL on CUDA equals DDP on the CPU (f32, bf16, activation checkpointing)") {
-  const int world = visible_gpus();
-  if (world == 0) {
-    std::printf("SKIPPED: no usable CUDA device\n");
-    std::exit(77);
-  }
+  const int world = test::gpu_ranks_or_skip();
   TempDir dir("kiln_cuda_fsdp");
   const std::string path = dir.path;
   run_ranks(world, [&](dist::ProcessGroup& gloo) {
