@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
 #include "common/app_main.h"
@@ -196,12 +195,10 @@ int run(Args a) {
                 {"steps", a.steps}, {"start_step", trainer.global_step()}});
 
   const int64_t first_step = trainer.global_step();
-  double window_seconds = 0;
-  int64_t window_tokens = 0;
   // Nothing in the loop reads the device except on log steps (Note [Trainer host reads]): batches
   // are loaded into pinned memory and go up without waiting, and f16's skipped steps are counted
-  // on the device.
-  Tensor window_skipped;  // f16: steps skipped since the last log line (0-dim f32 on the device)
+  // on the device (LogWindow).
+  apps::LogWindow window;
   apps::StepProfiler profiler(a.profile, job.group, device);
   while (trainer.global_step() < end_step) {
     const int64_t step = trainer.global_step();
@@ -214,17 +211,12 @@ int run(Args a) {
         },
         dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
     profiler.end_step(step);
-    window_seconds += s.seconds;
-    window_tokens += s.items;
-    if (s.found_inf.defined()) window_skipped = window_skipped.defined() ? ops::add(window_skipped, s.found_inf) : s.found_inf;
+    window.add(s);
     if (s.logged) {
       apps::TrainLine line{step + 1, s.loss, s.lr, s.grad_norm, 0, 0, s.skipped, 0};
-      if (window_skipped.defined()) line.skipped_steps = static_cast<int64_t>(window_skipped.item());
-      window_skipped = Tensor();
-      line.tokens_per_s = window_seconds > 0 ? double(window_tokens) / window_seconds : 0;
+      window.fill(line);
       line.mfu = line.tokens_per_s * flops_tok / peak;
       report.train(line, report.elapsed() / double(step + 1 - first_step) * double(end_step - step - 1));
-      window_seconds = 0, window_tokens = 0;
     }
     if (val_loader && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps)) {
       if (trainer.fsdp()) trainer.sync_buffers();  // FSDP: gathers the root unit the forward reads first

@@ -2,6 +2,8 @@
 // SVG loss curve.
 #include "report.h"
 
+#include <kiln/core/ops/ops.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -143,6 +145,18 @@ void write_loss_svg(const std::string& path, const std::vector<TrainPoint>& trai
   std::ofstream out(path, std::ios::trunc);
   out << svg.str();
   KILN_CHECK(out.good(), "cannot write the loss curve ", path);
+}
+
+void LogWindow::add(const dist::StepStats& s) {
+  seconds_ += s.seconds;
+  tokens_ += s.items;
+  if (s.found_inf.defined()) skipped_ = skipped_.defined() ? ops::add(skipped_, s.found_inf) : s.found_inf;
+}
+
+void LogWindow::fill(TrainLine& line) {
+  line.tokens_per_s = seconds_ > 0 ? double(tokens_) / seconds_ : 0;
+  line.skipped_steps = skipped_.defined() ? static_cast<int64_t>(skipped_.item()) : 0;
+  *this = LogWindow();
 }
 
 }  // namespace kiln::apps

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <kiln/parallel/trainer.h>
+
 #include "common/metrics_writer.h"
 
 namespace kiln::apps {
@@ -31,6 +33,21 @@ struct TrainLine {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0;
   bool skipped = false;         // this step's update was skipped (f16 overflow)
   int64_t skipped_steps = 0;    // ... and how many were since the last line
+};
+
+// The steps since the last log line: their tokens and time (for tokens/s) and, under f16, how many
+// were skipped, counted on the device so that nothing reads it before the line (Note [Trainer host
+// reads]).
+class LogWindow {
+ public:
+  void add(const dist::StepStats& s);
+  // Fills line.tokens_per_s and line.skipped_steps (one host read under f16), then starts over.
+  void fill(TrainLine& line);
+
+ private:
+  double seconds_ = 0;
+  int64_t tokens_ = 0;
+  Tensor skipped_;  // 0-dim f32 on the device; undefined without f16
 };
 
 // The main rank's reporting; on other ranks (main = false) every call does nothing. The JSONL
