@@ -27,6 +27,18 @@ namespace {
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
+// The finished Gloo flight-recorder dumps of `rank` in `dir` (a dump appears by rename, so a
+// listed file is complete; the writer's ".tmp<pid>" file is not one).
+std::vector<std::string> gloo_dumps(const std::string& dir, int rank) {
+  const std::string prefix = "kiln_flight_recorder_Gloo_rank" + std::to_string(rank) + "_pid";
+  std::vector<std::string> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && !contains(name, ".tmp")) paths.push_back(entry.path().string());
+  }
+  return paths;
+}
+
 // What one forked rank saw: the first failure, how long it took from the failing collective's
 // issue, the next collective's error and how long destroying the group took.
 struct Outcome {
@@ -319,7 +331,11 @@ TEST_CASE("a rank outside any collective dumps its flight recorder when a peer f
     Tensor t = ones({16});
     pg->allreduce(t)->wait();
     if (r == 1) {  // "hung in user code": never issues collective 1, but its heartbeat runs
-      std::this_thread::sleep_for(std::chrono::seconds(5));
+      // Stay "hung" until the heartbeat has dumped (or a minute, when it never does): rank 0's
+      // 1.5 s timeout plus its settling heartbeats can take several seconds on a loaded machine.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (gloo_dumps(dir.path, 1).empty() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       std::fflush(nullptr);
       ::_exit(0);
     }
@@ -335,15 +351,12 @@ TEST_CASE("a rank outside any collective dumps its flight recorder when a peer f
   CHECK(codes[0] == 0);
   CHECK(codes[1] == 0);
   CHECK(contains(test::read_text(dir.path + "/rank0.txt"), "not reached by rank 1 (last started sequence number 0)"));
-  int rank1_dumps = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("kiln_flight_recorder_Gloo_rank1_pid", 0) != 0) continue;
-    ++rank1_dumps;
-    std::vector<json> lines = test::read_dump(entry.path().string());
+  const std::vector<std::string> rank1_dumps = gloo_dumps(dir.path, 1);
+  for (const std::string& path : rank1_dumps) {
+    std::vector<json> lines = test::read_dump(path);
     CHECK(contains(lines[0]["reason"].get<std::string>(), "a peer failed: rank 0: Gloo allreduce (sequence number 1)"));
     CHECK(lines[0]["last_started"] == 0);
     CHECK(test::record_of(lines, 0)["state"] == "completed");
   }
-  CHECK(rank1_dumps == 1);
+  CHECK(rank1_dumps.size() == 1);
 }
