@@ -4,5 +4,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${KILN_BUILD_DIR:-$root/build}
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# Configure quietly but for Kiln's own summary (CUDA, oneDNN, native), so a CI log says what it built.
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" | { grep -E '^-- (Kiln|oneDNN)' || true; }
 cmake --build "$build" -j "${KILN_JOBS:-$(nproc)}"
