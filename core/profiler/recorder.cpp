@@ -46,7 +46,8 @@ struct PendingDeviceSpan {
 
 struct ThreadBuffer {
   std::mutex mutex;
-  std::string name;
+  bool main_thread = false;  // set before the registry publishes it, never changed: read without `mutex`
+  std::string name;          // set_thread_name renames it under `mutex`
   uint64_t session = 0;  // the session its events belong to
   std::vector<TraceEvent> events;
   std::vector<PendingDeviceSpan> spans;
@@ -75,7 +76,8 @@ ThreadBuffer& my_buffer() {
     auto b = std::make_shared<ThreadBuffer>();
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    b->name = ::getpid() == static_cast<pid_t>(::syscall(SYS_gettid)) ? "main" : "thread " + std::to_string(++r.unnamed);
+    b->main_thread = ::getpid() == static_cast<pid_t>(::syscall(SYS_gettid));
+    b->name = b->main_thread ? "main" : "thread " + std::to_string(++r.unnamed);
     r.buffers.push_back(b);
     return b;
   }();
@@ -200,7 +202,7 @@ Trace stop() {
   Trace trace;
   std::vector<std::vector<PendingDeviceSpan>> pending;
   std::vector<std::shared_ptr<ThreadBuffer>> buffers = r.buffers;
-  std::stable_partition(buffers.begin(), buffers.end(), [](const auto& b) { return b->name == "main"; });
+  std::stable_partition(buffers.begin(), buffers.end(), [](const auto& b) { return b->main_thread; });
   for (auto& b : buffers) {
     std::lock_guard<std::mutex> buffer_lock(b->mutex);
     if (b->session != session || (b->events.empty() && b->spans.empty())) continue;
