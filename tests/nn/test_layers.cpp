@@ -13,6 +13,7 @@
 using namespace kiln;
 using test::at;
 using test::names;
+using test::randomize;
 using test::values;
 
 namespace {
@@ -22,13 +23,6 @@ void check_within(const Tensor& t, double bound, const char* what) {
     CHECK_MESSAGE(std::fabs(v) <= bound, what, ": ", v, " outside +-", bound);
     if (std::fabs(v) > bound) return;
   }
-}
-
-// Overwrites a parameter with seeded random values (so affine terms are not the trivial 1 / 0).
-void randomize(const Tensor& p, uint64_t seed) {
-  NoGradGuard g;
-  Tensor t = p;
-  t.copy_(test::random(p.shape(), p.dtype(), seed, -1.0, 1.0));
 }
 
 }  // namespace

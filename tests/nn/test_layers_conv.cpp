@@ -13,6 +13,7 @@
 using namespace kiln;
 using test::at;
 using test::names;
+using test::randomize;
 using test::values;
 
 namespace {
@@ -40,13 +41,6 @@ std::vector<double> conv_ref(const Tensor& x, const Tensor& w, const Tensor& b, 
           out.push_back(s);
         }
   return out;
-}
-
-// Overwrites a parameter with seeded random values (so affine terms are not the trivial 1 / 0).
-void randomize(const Tensor& p, uint64_t seed) {
-  NoGradGuard g;
-  Tensor t = p;
-  t.copy_(test::random(p.shape(), p.dtype(), seed, -1.0, 1.0));
 }
 
 }  // namespace
