@@ -13,7 +13,6 @@
 using namespace kiln;
 using test::at;
 using test::names;
-using test::randomize;
 using test::values;
 
 namespace {
@@ -107,8 +106,8 @@ TEST_CASE("LayerNorm: ones/zeros init, normalization over trailing dims, shape e
   CHECK(names(ln.named_parameters()) == std::vector<std::string>{"weight", "bias"});
   CHECK(values(ln.weight) == std::vector<double>(6, 1.0));
   CHECK(values(ln.bias) == std::vector<double>(6, 0.0));
-  randomize(ln.weight, 11);
-  randomize(ln.bias, 12);
+  test::randomize(ln.weight, 11);
+  test::randomize(ln.bias, 12);
 
   Tensor x = test::random({4, 2, 3}, DType::f32, 2);
   Tensor y = ln.forward(x);

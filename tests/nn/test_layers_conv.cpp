@@ -13,7 +13,6 @@
 using namespace kiln;
 using test::at;
 using test::names;
-using test::randomize;
 using test::values;
 
 namespace {
@@ -89,8 +88,8 @@ TEST_CASE("BatchNorm2d: buffers, train statistics and running updates, eval uses
   CHECK(bn.num_batches_tracked.dtype() == DType::i64);
   CHECK(bn.num_batches_tracked.dim() == 0);
   CHECK(values(bn.running_var) == std::vector<double>{1, 1, 1});
-  randomize(bn.weight, 21);
-  randomize(bn.bias, 22);
+  test::randomize(bn.weight, 21);
+  test::randomize(bn.bias, 22);
 
   const int64_t N = 4, C = 3, H = 2, W = 5, M = N * H * W;
   Tensor x = test::random({N, C, H, W}, DType::f32, 3);
