@@ -15,7 +15,8 @@ for mode in zero1 zero2 full full-recompute; do
   same_run one "$mode" 12 1e-5
 done
 for mode in zero2 full; do
-  two_ranks "${common[@]}" --sharding $mode --sharded-checkpoints --stop-after 6 --checkpoint-dir "$work/split-$mode" --metrics "$work/split-$mode.jsonl" >/dev/null
+  two_ranks "${common[@]}" --sharding $mode --sharded-checkpoints --stop-after 6 --checkpoint-dir "$work/split-$mode" \
+    --metrics "$work/split-$mode.jsonl" >/dev/null
   test -f "$work/split-$mode/step_6.safetensors.shard-0-of-2" && test -f "$work/split-$mode/step_6.safetensors.shard-1-of-2"
   "$bin/train_gpt" "${common[@]}" --resume --checkpoint-dir "$work/split-$mode" --metrics "$work/split-$mode.jsonl" >/dev/null
   same_run one "split-$mode" 12 1e-5
