@@ -43,6 +43,20 @@ inline Tensor random(const Shape& shape, DType dtype = DType::f32, uint64_t seed
   return u.to(dtype);
 }
 
+// A multi-index, as for_each_index visits and at() reads them.
+using Index = std::vector<int64_t>;
+
+// A float of each storage kind, an integer and bool: the dtypes the data-movement ops (index,
+// cat/stack, triangles) are checked in against their loop references.
+inline constexpr DType kDataTypes[] = {DType::f32, DType::f64, DType::bf16, DType::i64, DType::b8};
+
+// A leaf that requires grad holding `v` (f64) in shape `s`.
+inline Tensor leaf(const std::vector<double>& v, const Shape& s) {
+  Tensor t = from_vector(v, s);
+  t.requires_grad_();
+  return t;
+}
+
 // A leaf that requires grad, uniform in [lo, hi): f64 unless asked (gradcheck needs f64).
 inline Tensor grad_leaf(const Shape& shape, uint64_t seed, double lo = -2.0, double hi = 2.0, DType dtype = DType::f64) {
   Tensor t = random(shape, dtype, seed, lo, hi);
@@ -50,6 +64,13 @@ inline Tensor grad_leaf(const Shape& shape, uint64_t seed, double lo = -2.0, dou
   return t;
 }
 inline Tensor grad_leaf(const Shape& shape, uint64_t seed, DType dtype) { return grad_leaf(shape, seed, -2.0, 2.0, dtype); }
+
+// Overwrites a parameter with seeded values in [-1, 1) (so affine terms are not the trivial 1 / 0).
+inline void randomize(const Tensor& p, uint64_t seed) {
+  NoGradGuard g;
+  Tensor t = p;
+  t.copy_(random(p.shape(), p.dtype(), seed, -1.0, 1.0));
+}
 
 // The names of (name, tensor) entries, in order (state_dict, named_parameters, ...).
 inline std::vector<std::string> names(const std::vector<std::pair<std::string, Tensor>>& entries) {
@@ -59,9 +80,9 @@ inline std::vector<std::string> names(const std::vector<std::pair<std::string, T
 }
 
 // Visits every multi-index of `shape` in row-major order.
-inline void for_each_index(const Shape& shape, const std::function<void(const std::vector<int64_t>&)>& fn) {
+inline void for_each_index(const Shape& shape, const std::function<void(const Index&)>& fn) {
   int64_t n = shape_numel(shape);
-  std::vector<int64_t> idx(shape.size(), 0);
+  Index idx(shape.size(), 0);
   for (int64_t k = 0; k < n; ++k) {
     fn(idx);
     for (int64_t d = shape.ndim() - 1; d >= 0; --d) {
@@ -72,7 +93,7 @@ inline void for_each_index(const Shape& shape, const std::function<void(const st
 }
 
 // Element at `idx` of a CPU tensor, read through its strides, as double.
-inline double at(const Tensor& t, const std::vector<int64_t>& idx) {
+inline double at(const Tensor& t, const Index& idx) {
   int64_t off = t.offset();
   for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
   const char* base = static_cast<const char*>(t.storage()->data()) + off * int64_t(t.element_size());
@@ -94,7 +115,7 @@ inline std::vector<double> values(const Tensor& t) {
   std::vector<double> out;
   out.reserve(t.numel());
   Tensor c = t.to(Device::cpu());
-  for_each_index(c.shape(), [&](const std::vector<int64_t>& i) { out.push_back(at(c, i)); });
+  for_each_index(c.shape(), [&](const Index& i) { out.push_back(at(c, i)); });
   return out;
 }
 
@@ -179,6 +200,11 @@ inline void check_cuda_matches(const Tensor& gpu, const Tensor& cpu, double rtol
   CHECK_MESSAGE(gpu.dtype() == cpu.dtype(), what, ": dtype ", dtype_name(gpu.dtype()), " vs CPU ",
                 dtype_name(cpu.dtype()));
   check_close(values(gpu.to(Device::cpu())), values(cpu), rtol, atol < 0 ? rtol : atol, what);
+}
+
+// `gpu` equals the CPU result bit for bit (data movement, integer math, a max picked from the inputs).
+inline void check_cuda_equal(const Tensor& gpu, const Tensor& cpu, const std::string& what = "") {
+  check_cuda_matches(gpu, cpu, 0, 0, what);
 }
 
 }  // namespace kiln::test

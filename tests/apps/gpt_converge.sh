@@ -4,11 +4,8 @@
 # train_gpt from the floor.txt that kiln-make-shards writes. Short copy lags (2, 3) keep the tokens
 # whose source lies before the window start rare (those cannot beat ln V), and noise 0.5 puts the
 # floor at 3.47 nats/token. Usage: gpt_converge.sh BIN_DIR WORK_DIR
-set -euo pipefail
-bin=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
-"$bin/kiln-make-shards" --synthetic --tokens 1000000 --lags 2,3 --noise 0.5 --out "$work/data"
+source "$(dirname "$0")/gpt_app_env.sh"
+make_shards 1000000 --lags 2,3 --noise 0.5
 "$bin/train_gpt" --train "$work/data/train_*.bin" --val "$work/data/val_*.bin" --n-layer 1 --n-embd 64 \
   --batch-size 8 --seq-len 128 --steps 800 --warmup-steps 10 --lr 1e-2 --min-lr 1e-3 --log-every 50 \
   --eval-every 400 --eval-tokens 32768 --threads 1 --metrics "$work/metrics.jsonl" --loss-svg "$work/loss.svg"

@@ -6,11 +6,8 @@
 #  3. two NCCL ranks sharing the GPU equal one process accumulating two micro-batches (1e-4);
 #  4. --recompute (activation checkpointing) on cuda follows the plain cuda run (1e-6).
 # Usage: gpt_cuda.sh BIN_DIR WORK_DIR
-set -euo pipefail
-bin=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
-"$bin/kiln-make-shards" --synthetic --tokens 200000 --out "$work/data" >/dev/null
+source "$(dirname "$0")/gpt_app_env.sh"
+make_shards 200000
 base=(--train "$work/data/train_*.bin" --n-layer 2 --n-embd 64 --n-head 1 --seq-len 64 --total-batch-tokens 512
       --lr 3e-3 --log-every 1 --threads 2)
 common=("${base[@]}" --batch-size 4 --steps 12 --warmup-steps 3)
@@ -24,8 +21,7 @@ if ! "$bin/train_gpt" "${base[@]}" --batch-size 4 --device cuda --steps 1 --warm
 fi
 "$bin/train_gpt" "${common[@]}" --device cpu --checkpoint-dir "$work/cpu" --metrics "$work/cpu.jsonl" >/dev/null
 "$bin/train_gpt" "${common[@]}" --device cuda --checkpoint-dir "$work/gpu" --metrics "$work/gpu.jsonl" >/dev/null
-python3 "$here/jsonl_losses.py" close "$work/cpu.jsonl" "$work/gpu.jsonl" \
-  "$work/cpu/step_12.safetensors" "$work/gpu/step_12.safetensors" 2e-3
+same_run cpu gpu 12 2e-3
 
 "$bin/train_gpt" "${base[@]}" --batch-size 4 --warmup-steps 3 --device cuda --dtype bf16 --steps 60 \
   --metrics "$work/bf16.jsonl" >/dev/null
@@ -42,10 +38,8 @@ PY
   'NCCL_HOSTID=kiln-gpt-$RANK NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_MNNVL_ENABLE=0 exec "$0" "$@"' "$bin/train_gpt" \
   "${common[@]}" --device cuda --checkpoint-dir "$work/two" --metrics "$work/two.jsonl" \
   | grep "world 2 x B 4 x T 64 x accum 1" >/dev/null
-python3 "$here/jsonl_losses.py" close "$work/one.jsonl" "$work/two.jsonl" \
-  "$work/one/step_12.safetensors" "$work/two/step_12.safetensors" 1e-4
+same_run one two 12 1e-4
 "$bin/train_gpt" "${common[@]}" --device cuda --recompute --checkpoint-dir "$work/recompute" \
   --metrics "$work/recompute.jsonl" >/dev/null
-python3 "$here/jsonl_losses.py" close "$work/gpu.jsonl" "$work/recompute.jsonl" \
-  "$work/gpu/step_12.safetensors" "$work/recompute/step_12.safetensors" 1e-6
+same_run gpu recompute 12 1e-6
 echo "gpt_cuda: all four checks passed"

@@ -3,12 +3,9 @@
 # log line reports how many there were since the previous one. A sane run skips none; a run whose
 # learning rate blows the weights up (every step after the first overflows) reports every step of
 # each window as skipped. Usage: gpt_fp16.sh BIN_DIR WORK_DIR
-set -euo pipefail
-bin=$1 work=$2
-rm -rf "$work" && mkdir -p "$work"
-"$bin/kiln-make-shards" --synthetic --tokens 200000 --out "$work/data" >/dev/null
-common=(--train "$work/data/train_*.bin" --n-layer 1 --n-embd 32 --batch-size 4 --seq-len 32
-        --total-batch-tokens 256 --steps 12 --warmup-steps 1 --log-every 4 --threads 1 --dtype fp16)
+source "$(dirname "$0")/gpt_app_env.sh"
+make_shards 200000
+common=("${tiny_gpt[@]}" --steps 12 --warmup-steps 1 --log-every 4 --dtype fp16)
 "$bin/train_gpt" "${common[@]}" --lr 3e-3 --metrics "$work/sane.jsonl" >/dev/null
 "$bin/train_gpt" "${common[@]}" --lr 3000 --metrics "$work/blown.jsonl" | grep "| skipped 4 |" >/dev/null
 python3 - "$work/sane.jsonl" "$work/blown.jsonl" <<'PY'

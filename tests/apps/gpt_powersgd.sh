@@ -7,16 +7,13 @@
 # rank 16, although the hook equals torch's powerSGD_hook (parity_powersgd) and reproduces the
 # average at full rank (parallel_powersgd). README, "Kiln vs PyTorch DDP", lists the measurements.
 # Usage: gpt_powersgd.sh BIN_DIR WORK_DIR
-set -euo pipefail
-bin=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
-"$bin/kiln-make-shards" --synthetic --tokens 400000 --lags 2,3 --noise 0.5 --out "$work/data" >/dev/null
+source "$(dirname "$0")/gpt_app_env.sh"
+make_shards 400000 --lags 2,3 --noise 0.5
 common=(--train "$work/data/train_*.bin" --val "$work/data/val_*.bin" --n-layer 1 --n-embd 64 --batch-size 8
         --seq-len 64 --steps 150 --warmup-steps 10 --lr 1e-2 --min-lr 1e-3 --log-every 50 --eval-every 150
         --eval-tokens 16384 --threads 1)
 for hook in none powersgd fp16; do
-  "$bin/kiln-run" --nproc-per-node 2 --standalone "$bin/train_gpt" "${common[@]}" --comm-hook $hook \
+  two_ranks "${common[@]}" --comm-hook $hook \
     --powersgd-rank 4 --powersgd-start 100 --metrics "$work/$hook.jsonl" >"$work/$hook.log"
 done
 python3 "$here/jsonl_losses.py" final_val "$work/none.jsonl" "$work/powersgd.jsonl" 0.05

@@ -3,11 +3,9 @@
 # into one file with a process per rank, every rank's bucket all-reduces appear as slices in the
 # order they were launched, and rank 0 prints the summary table.
 # Usage: gpt_profile.sh BIN_DIR WORK_DIR
-set -euo pipefail
-bin=$1 work=$2
-rm -rf "$work" && mkdir -p "$work"
-"$bin/kiln-make-shards" --synthetic --tokens 100000 --out "$work/data" >/dev/null
-"$bin/kiln-run" --nproc-per-node 2 --standalone "$bin/train_gpt" --train "$work/data/train_*.bin" --n-layer 2 \
+source "$(dirname "$0")/gpt_app_env.sh"
+make_shards 100000
+two_ranks --train "$work/data/train_*.bin" --n-layer 2 \
   --n-embd 128 --batch-size 4 --seq-len 32 --steps 5 --warmup-steps 1 --threads 1 --bucket-cap-mb 0.05 \
   --profile "$work/prof/trace.json" --profile-steps 1:4 >"$work/out.txt"
 grep -q "all-reduce time overlapped by backward compute" "$work/out.txt"

@@ -2,13 +2,9 @@
 # A run stopped at step 10 and resumed from its checkpoint (--stop-after, --resume) must log the
 # same losses, bit for bit, as the uninterrupted 20-step run: model, AdamW state, schedule, RNG and
 # the data cursor all round-trip. Usage: gpt_resume.sh BIN_DIR WORK_DIR
-set -euo pipefail
-bin=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
-"$bin/kiln-make-shards" --synthetic --tokens 200000 --out "$work/data" >/dev/null
-common=(--train "$work/data/train_*.bin" --n-layer 1 --n-embd 32 --batch-size 4 --seq-len 32
-        --total-batch-tokens 256 --steps 20 --warmup-steps 3 --lr 3e-3 --log-every 1 --threads 1)
+source "$(dirname "$0")/gpt_app_env.sh"
+make_shards 200000
+common=("${tiny_gpt[@]}" --steps 20 --warmup-steps 3 --lr 3e-3 --log-every 1)
 "$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/straight" --metrics "$work/straight.jsonl" >/dev/null
 "$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/split" --metrics "$work/split.jsonl" --stop-after 10 >/dev/null
 test -f "$work/split/step_10.safetensors"

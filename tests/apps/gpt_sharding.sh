@@ -4,27 +4,20 @@
 # 1e-5); zero2 and full runs stopped after step 6 with --sharded-checkpoints (a shard per rank +
 # rank 0's index) resume as ONE process without sharding and end at the same weights.
 # Usage: gpt_sharding.sh BIN_DIR WORK_DIR
-set -euo pipefail
-bin=$1 work=$2
-here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
-"$bin/kiln-make-shards" --synthetic --tokens 200000 --out "$work/data" >/dev/null
-common=(--train "$work/data/train_*.bin" --n-layer 1 --n-embd 32 --batch-size 4 --seq-len 32
-        --total-batch-tokens 256 --steps 12 --warmup-steps 3 --lr 3e-3 --log-every 1 --threads 1 --grad-clip 1.0)
+source "$(dirname "$0")/gpt_app_env.sh"
+make_shards 200000
+common=("${tiny_gpt[@]}" --steps 12 --warmup-steps 3 --lr 3e-3 --log-every 1 --grad-clip 1.0)
 "$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/one" --metrics "$work/one.jsonl" >/dev/null
 for mode in zero1 zero2 full full-recompute; do
   flags=(--sharding "${mode%-recompute}")
   [[ $mode == *-recompute ]] && flags+=(--recompute)
-  "$bin/kiln-run" --nproc-per-node 2 --standalone "$bin/train_gpt" "${common[@]}" "${flags[@]}" \
-    --checkpoint-dir "$work/$mode" --metrics "$work/$mode.jsonl" >/dev/null
-  python3 "$here/jsonl_losses.py" close "$work/one.jsonl" "$work/$mode.jsonl" \
-    "$work/one/step_12.safetensors" "$work/$mode/step_12.safetensors" 1e-5
+  two_ranks "${common[@]}" "${flags[@]}" --checkpoint-dir "$work/$mode" --metrics "$work/$mode.jsonl" >/dev/null
+  same_run one "$mode" 12 1e-5
 done
 for mode in zero2 full; do
-  "$bin/kiln-run" --nproc-per-node 2 --standalone "$bin/train_gpt" "${common[@]}" --sharding $mode \
-    --sharded-checkpoints --stop-after 6 --checkpoint-dir "$work/split-$mode" --metrics "$work/split-$mode.jsonl" >/dev/null
+  two_ranks "${common[@]}" --sharding $mode --sharded-checkpoints --stop-after 6 --checkpoint-dir "$work/split-$mode" \
+    --metrics "$work/split-$mode.jsonl" >/dev/null
   test -f "$work/split-$mode/step_6.safetensors.shard-0-of-2" && test -f "$work/split-$mode/step_6.safetensors.shard-1-of-2"
   "$bin/train_gpt" "${common[@]}" --resume --checkpoint-dir "$work/split-$mode" --metrics "$work/split-$mode.jsonl" >/dev/null
-  python3 "$here/jsonl_losses.py" close "$work/one.jsonl" "$work/split-$mode.jsonl" \
-    "$work/one/step_12.safetensors" "$work/split-$mode/step_12.safetensors" 1e-5
+  same_run one "split-$mode" 12 1e-5
 done

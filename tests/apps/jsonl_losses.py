@@ -1,9 +1,12 @@
 # Helpers for the gpt app tests: read train_gpt's JSONL metrics and train_gpt checkpoints
 # (safetensors) with the standard library only, and compare them.
 import json
-import struct
+import os
 import sys
 from array import array
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+import safetensors_raw  # noqa: E402 (standard library only, like this file)
 
 
 def lines(path, kind):
@@ -17,10 +20,7 @@ def train_losses(path):
 
 def model_tensors(path):
     """name -> list of floats, for the f32 model.* tensors of a safetensors checkpoint."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
+    header, data, _ = safetensors_raw.read(path)
     out = {}
     for name, info in header.items():
         if name.startswith("model.") and info["dtype"] == "F32":

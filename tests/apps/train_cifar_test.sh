@@ -5,10 +5,7 @@
 MODE="$1"
 TC="$2"
 KR="$3"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../test_util.sh"
 # field FILE EPOCH KEY: the KEY value of the line with "epoch":EPOCH ("" when absent).
 field() {
   awk -v e="\"epoch\":$2," -v k="\"$3\":" 'index($0, e) {
@@ -155,5 +152,4 @@ errors)
 *)
   echo "unknown mode $MODE"; exit 2 ;;
 esac
-[ "$fails" = 0 ] || { echo "$fails check(s) failed"; exit 1; }
-echo "train_cifar $MODE: all checks passed"
+checks_done "train_cifar $MODE"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -85,6 +86,16 @@ Tensor gpt_heads(const Tensor& qkv, int64_t i, int64_t h, int64_t d) {
   return qkv.slice(2, i * c, (i + 1) * c).reshape({b, t, h, d}).transpose(1, 2);
 }
 
+// Runs `check(d, causal)` for both head dims the fused kernels take (64, 128), causal and not.
+void for_each_head_dim_and_mask(const std::function<void(int64_t, bool)>& check) {
+  for (int64_t d : {64, 128})
+    for (bool causal : {true, false}) {
+      CAPTURE(d);
+      CAPTURE(causal);
+      check(d, causal);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("flash attention: output and gradients match the CPU path (bf16, f16; D 64, 128; causal and not)") {
@@ -110,75 +121,69 @@ TEST_CASE("flash attention: output and gradients match the CPU path (bf16, f16; 
 TEST_CASE("flash attention: the saved logsumexp matches a double loop") {
   test::require_cuda();
   const int64_t b = 2, h = 2, t = 100;
-  for (int64_t d : {64, 128})
-    for (bool causal : {true, false}) {
-      CAPTURE(d);
-      CAPTURE(causal);
-      Inputs in = make_inputs(b, h, t, d, DType::bf16, 7);
-      const double scale = 1.0 / std::sqrt(double(d));
-      cuda::FlashAttentionForward f = cuda::flash_attention_forward(
-          in.q.to(Device::cuda()), in.k.to(Device::cuda()), in.v.to(Device::cuda()), causal, scale);
-      CHECK(f.lse.shape() == Shape{b, h, t});
-      CHECK(f.lse.dtype() == DType::f32);
-      CHECK(f.out.transpose(1, 2).is_contiguous());  // stored (B, T, H, D) for the output projection
-      std::vector<double> expected;
-      for (int64_t bi = 0; bi < b; ++bi)
-        for (int64_t hi = 0; hi < h; ++hi)
-          for (int64_t i = 0; i < t; ++i) {
-            std::vector<double> s;
-            for (int64_t j = 0; j < (causal ? i + 1 : t); ++j) {
-              double dot = 0;
-              for (int64_t k = 0; k < d; ++k) dot += test::at(in.q, {bi, hi, i, k}) * test::at(in.k, {bi, hi, j, k});
-              s.push_back(dot * scale);
-            }
-            const double m = *std::max_element(s.begin(), s.end());
-            double z = 0;
-            for (double x : s) z += std::exp(x - m);
-            expected.push_back(m + std::log(z));
+  for_each_head_dim_and_mask([&](int64_t d, bool causal) {
+    Inputs in = make_inputs(b, h, t, d, DType::bf16, 7);
+    const double scale = 1.0 / std::sqrt(double(d));
+    cuda::FlashAttentionForward f = cuda::flash_attention_forward(
+        in.q.to(Device::cuda()), in.k.to(Device::cuda()), in.v.to(Device::cuda()), causal, scale);
+    CHECK(f.lse.shape() == Shape{b, h, t});
+    CHECK(f.lse.dtype() == DType::f32);
+    CHECK(f.out.transpose(1, 2).is_contiguous());  // stored (B, T, H, D) for the output projection
+    std::vector<double> expected;
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t hi = 0; hi < h; ++hi)
+        for (int64_t i = 0; i < t; ++i) {
+          std::vector<double> s;
+          for (int64_t j = 0; j < (causal ? i + 1 : t); ++j) {
+            double dot = 0;
+            for (int64_t k = 0; k < d; ++k) dot += test::at(in.q, {bi, hi, i, k}) * test::at(in.k, {bi, hi, j, k});
+            s.push_back(dot * scale);
           }
-      test::check_close(f.lse, expected, 1e-4, 1e-4, "lse");
-    }
+          const double m = *std::max_element(s.begin(), s.end());
+          double z = 0;
+          for (double x : s) z += std::exp(x - m);
+          expected.push_back(m + std::log(z));
+        }
+    test::check_close(f.lse, expected, 1e-4, 1e-4, "lse");
+  });
 }
 
 TEST_CASE("flash attention: the GPT's qkv split and a strided dout, through the launchers and autograd") {
   test::require_cuda();
   const int64_t b = 2, t = 100, h = 3;
-  for (int64_t d : {64, 128})
-    for (bool causal : {true, false}) {
-      CAPTURE(d);
-      CAPTURE(causal);
-      const int64_t c = h * d;
-      Tensor qkv = test::random({b, t, 3 * c}, DType::bf16, 40 + d, -3, 3);
-      Tensor go = test::random({b, t, h, d}, DType::bf16, 41 + d, -1, 1);  // as the output projection's backward gives it
+  for_each_head_dim_and_mask([&](int64_t d, bool causal) {
+    const int64_t c = h * d;
+    Tensor qkv = test::random({b, t, 3 * c}, DType::bf16, 40 + d, -3, 3);
+    Tensor go = test::random({b, t, h, d}, DType::bf16, 41 + d, -1, 1);  // as the output projection's backward gives it
 
-      // Reference: the CPU path in f32 through the same views.
-      Tensor qkv_r = leaf(qkv.to(DType::f32));
-      Tensor out_r = scaled_dot_product_attention(gpt_heads(qkv_r, 0, h, d), gpt_heads(qkv_r, 1, h, d),
-                                                  gpt_heads(qkv_r, 2, h, d), causal);
-      out_r.backward(go.to(DType::f32).transpose(1, 2));
-      Tensor grad_qkv_r = qkv_r.grad();
+    // Reference: the CPU path in f32 through the same views.
+    Tensor qkv_r = leaf(qkv.to(DType::f32));
+    Tensor out_r = scaled_dot_product_attention(gpt_heads(qkv_r, 0, h, d), gpt_heads(qkv_r, 1, h, d),
+                                                gpt_heads(qkv_r, 2, h, d), causal);
+    out_r.backward(go.to(DType::f32).transpose(1, 2));
+    Tensor grad_qkv_r = qkv_r.grad();
 
-      // The launchers on the strided views (no autograd).
-      Tensor qkv_g = qkv.to(Device::cuda());
-      Tensor q = gpt_heads(qkv_g, 0, h, d), k = gpt_heads(qkv_g, 1, h, d), v = gpt_heads(qkv_g, 2, h, d);
-      CHECK_FALSE(q.is_contiguous());
-      Tensor dout = go.to(Device::cuda()).transpose(1, 2);
-      const double scale = 1.0 / std::sqrt(double(d));
-      cuda::FlashAttentionForward f = cuda::flash_attention_forward(q, k, v, causal, scale);
-      check_against(f.out, out_r.detach(), 2e-2, "out");
-      cuda::FlashAttentionGrads g = cuda::flash_attention_backward(dout, q, k, v, f.out, f.lse, causal, scale, true, true);
-      check_against(g.dq, gpt_heads(grad_qkv_r, 0, h, d), 2e-2, "dq");
-      check_against(g.dk, gpt_heads(grad_qkv_r, 1, h, d), 2e-2, "dk");
-      check_against(g.dv, gpt_heads(grad_qkv_r, 2, h, d), 2e-2, "dv");
+    // The launchers on the strided views (no autograd).
+    Tensor qkv_g = qkv.to(Device::cuda());
+    Tensor q = gpt_heads(qkv_g, 0, h, d), k = gpt_heads(qkv_g, 1, h, d), v = gpt_heads(qkv_g, 2, h, d);
+    CHECK_FALSE(q.is_contiguous());
+    Tensor dout = go.to(Device::cuda()).transpose(1, 2);
+    const double scale = 1.0 / std::sqrt(double(d));
+    cuda::FlashAttentionForward f = cuda::flash_attention_forward(q, k, v, causal, scale);
+    check_against(f.out, out_r.detach(), 2e-2, "out");
+    cuda::FlashAttentionGrads g = cuda::flash_attention_backward(dout, q, k, v, f.out, f.lse, causal, scale, true, true);
+    check_against(g.dq, gpt_heads(grad_qkv_r, 0, h, d), 2e-2, "dq");
+    check_against(g.dk, gpt_heads(grad_qkv_r, 1, h, d), 2e-2, "dk");
+    check_against(g.dv, gpt_heads(grad_qkv_r, 2, h, d), 2e-2, "dv");
 
-      // Autograd: the gradient reaches the (B, T, 3C) leaf as in models/gpt.cpp.
-      Tensor qkv_leaf = leaf(qkv_g);
-      Tensor out = scaled_dot_product_attention(gpt_heads(qkv_leaf, 0, h, d), gpt_heads(qkv_leaf, 1, h, d),
-                                                gpt_heads(qkv_leaf, 2, h, d), causal);
-      out.backward(dout);
-      check_against(out.detach(), out_r.detach(), 2e-2, "autograd out");
-      check_against(qkv_leaf.grad(), grad_qkv_r, 2e-2, "autograd grad qkv");
-    }
+    // Autograd: the gradient reaches the (B, T, 3C) leaf as in models/gpt.cpp.
+    Tensor qkv_leaf = leaf(qkv_g);
+    Tensor out = scaled_dot_product_attention(gpt_heads(qkv_leaf, 0, h, d), gpt_heads(qkv_leaf, 1, h, d),
+                                              gpt_heads(qkv_leaf, 2, h, d), causal);
+    out.backward(dout);
+    check_against(out.detach(), out_r.detach(), 2e-2, "autograd out");
+    check_against(qkv_leaf.grad(), grad_qkv_r, 2e-2, "autograd grad qkv");
+  });
 }
 
 TEST_CASE("flash attention: misaligned and odd-strided inputs give the same results") {

@@ -3,14 +3,7 @@
 #include "test_util.h"
 
 using namespace kiln;
-
-namespace {
-Tensor leaf(std::vector<double> v, Shape s) {
-  Tensor t = from_vector(v, s);
-  t.requires_grad_();
-  return t;
-}
-}  // namespace
+using test::leaf;
 
 TEST_CASE("a tensor used twice accumulates both gradients") {
   Tensor x = leaf({1, 2, 3}, {3});

@@ -4,13 +4,9 @@
 #include "test_util.h"
 
 using namespace kiln;
+using test::leaf;
 
 namespace {
-Tensor leaf(std::vector<double> v, Shape s) {
-  Tensor t = from_vector(v, s);
-  t.requires_grad_();
-  return t;
-}
 const std::vector<std::vector<int64_t>> kDimSets = {{}, {0}, {-1}, {1}, {0, 2}, {-1, 0}, {0, 1, 2}};
 }  // namespace
 

@@ -34,6 +34,15 @@ std::vector<Row> rows() {
     return Row{std::move(name), {std::move(a), std::move(b)},
                [fn](const Args& t) -> Outputs { return {fn(t[0], t[1])}; }};
   };
+  // layer_norm over the trailing `shape`, affine when weight and bias follow x: out, mean and rstd.
+  auto layer_norm = [](std::string name, std::vector<Input> in, Shape shape) {
+    return Row{std::move(name), std::move(in),
+               [shape](const Args& a) -> Outputs {
+                 auto r = ops::layer_norm(a[0], shape, a.size() > 1 ? a[1] : Tensor(), a.size() > 2 ? a[2] : Tensor());
+                 return {r.out, r.mean, r.rstd};
+               },
+               2};
+  };
   const Conv2dOptions conv_s2 = Conv2dOptions().stride(2).padding(1);
   const Conv2dOptions conv_g2 = Conv2dOptions().groups(2).dilation(2).padding({2, 1});
   return {
@@ -115,21 +124,9 @@ std::vector<Row> rows() {
          return {ops::log_softmax_backward(a[0], ops::log_softmax(a[1], 1), 1)};
        }, 2},
       // ---- layer_norm ----
-      {"layer_norm(weight, bias)", {x({6, 40}), x({40}), x({40})},
-       [](const Args& a) -> Outputs {
-         auto r = ops::layer_norm(a[0], {40}, a[1], a[2]);
-         return {r.out, r.mean, r.rstd};
-       }, 2},
-      {"layer_norm(shape={3, 8}, no affine)", {x({2, 5, 3, 8}).strided()},
-       [](const Args& a) -> Outputs {
-         auto r = ops::layer_norm(a[0], {3, 8}, Tensor(), Tensor());
-         return {r.out, r.mean, r.rstd};
-       }, 2},
-      {"layer_norm(weight, bias), long rows", {x({3, 1500}), x({1500}), x({1500})},
-       [](const Args& a) -> Outputs {
-         auto r = ops::layer_norm(a[0], {1500}, a[1], a[2]);
-         return {r.out, r.mean, r.rstd};
-       }, 2},
+      layer_norm("layer_norm(weight, bias)", {x({6, 40}), x({40}), x({40})}, {40}),
+      layer_norm("layer_norm(shape={3, 8}, no affine)", {x({2, 5, 3, 8}).strided()}, {3, 8}),
+      layer_norm("layer_norm(weight, bias), long rows", {x({3, 1500}), x({1500}), x({1500})}, {1500}),
       {"layer_norm_backward", {x({6, 24}), x({6, 24}), x({24}), x({24})},
        [](const Args& a) -> Outputs {
          auto f = ops::layer_norm(a[1], {24}, a[2], a[3]);

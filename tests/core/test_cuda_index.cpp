@@ -27,10 +27,6 @@ Tensor stepped_on_device(const Tensor& cpu) {
   return wide.to(Device::cuda()).slice(0, 0, 2 * cpu.numel(), 2);
 }
 
-void exact(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
-  test::check_cuda_matches(gpu, cpu, 0, 0, what);
-}
-
 }  // namespace
 
 TEST_CASE("index_select matches the CPU for any dtype, dim, layout and index layout") {
@@ -53,8 +49,8 @@ TEST_CASE("index_select matches the CPU for any dtype, dim, layout and index lay
           Tensor idx = random_index({7}, x.size(d), it, ++seed);
           Tensor out = ops::index_select(x, dim, idx.to(Device::cuda()));
           CHECK(out.is_contiguous());
-          exact(out, ops::index_select(xc, dim, idx), what);
-          exact(ops::index_select(x, dim, stepped_on_device(idx)), ops::index_select(xc, dim, idx), what + " stepped index");
+          test::check_cuda_equal(out, ops::index_select(xc, dim, idx), what);
+          test::check_cuda_equal(ops::index_select(x, dim, stepped_on_device(idx)), ops::index_select(xc, dim, idx), what + " stepped index");
         }
       }
     }
@@ -63,11 +59,11 @@ TEST_CASE("index_select matches the CPU for any dtype, dim, layout and index lay
   Tensor x = test::random({1000, 33}, DType::f32, 3);
   Tensor xg = x.to(Device::cuda());
   Tensor i0 = scalar_tensor(7, DType::i64);
-  exact(ops::index_select(xg, 0, i0.to(Device::cuda())), ops::index_select(x, 0, i0), "0-dim index");
+  test::check_cuda_equal(ops::index_select(xg, 0, i0.to(Device::cuda())), ops::index_select(x, 0, i0), "0-dim index");
   Tensor none = zeros({0}, DType::i64);
-  exact(ops::index_select(xg, 1, none.to(Device::cuda())), ops::index_select(x, 1, none), "empty index");
+  test::check_cuda_equal(ops::index_select(xg, 1, none.to(Device::cuda())), ops::index_select(x, 1, none), "empty index");
   Tensor big = random_index({100003}, 1000, DType::i64, 4);
-  exact(ops::index_select(xg, 0, big.to(Device::cuda())), ops::index_select(x, 0, big), "100003 rows");
+  test::check_cuda_equal(ops::index_select(xg, 0, big.to(Device::cuda())), ops::index_select(x, 0, big), "100003 rows");
 }
 
 TEST_CASE("gather matches the CPU; index may be smaller off dim and larger along it") {
@@ -84,8 +80,8 @@ TEST_CASE("gather matches the CPU; index may be smaller off dim and larger along
         Tensor idx32 = random_index(ishape, x.size(dim), DType::i32, ++seed);
         const std::string what = std::string(dtype_name(dt)) + " dim " + std::to_string(dim);
         CAPTURE(what);
-        exact(ops::gather(x, dim, idx.to(Device::cuda())), ops::gather(xc, dim, idx), what);
-        exact(ops::gather(x, dim, transposed_on_device(idx32, 0, 2)), ops::gather(xc, dim, idx32), what + " strided i32 index");
+        test::check_cuda_equal(ops::gather(x, dim, idx.to(Device::cuda())), ops::gather(xc, dim, idx), what);
+        test::check_cuda_equal(ops::gather(x, dim, transposed_on_device(idx32, 0, 2)), ops::gather(xc, dim, idx32), what + " strided i32 index");
       }
     }
   }
@@ -94,7 +90,7 @@ TEST_CASE("gather matches the CPU; index may be smaller off dim and larger along
   Tensor xg = x.to(Device::cuda());
   for (Shape ishape : {Shape{3000, 1}, Shape{3000, 77}}) {
     Tensor idx = random_index(ishape, 1001, DType::i64, 6);
-    exact(ops::gather(xg, 1, idx.to(Device::cuda())), ops::gather(x, 1, idx), "large gather");
+    test::check_cuda_equal(ops::gather(xg, 1, idx.to(Device::cuda())), ops::gather(x, 1, idx), "large gather");
   }
 }
 
@@ -115,21 +111,21 @@ TEST_CASE("scatter_add on short or many fibers equals the CPU bitwise (in-order 
 
       Tensor gself = self.to(Device::cuda());
       Tensor out = ops::scatter_add(gself, dim, index.to(Device::cuda()), transposed_on_device(src, 0, 2));
-      exact(out, expected, what + " scatter_add");
-      exact(gself, self, what + " scatter_add leaves self alone");
+      test::check_cuda_equal(out, expected, what + " scatter_add");
+      test::check_cuda_equal(gself, self, what + " scatter_add leaves self alone");
 
       // In place on a transposed view: the writes land in the base tensor.
       Tensor base = self.transpose(0, 2).contiguous().to(Device::cuda());
       Tensor view = base.transpose(0, 2);
       ops::scatter_add_(view, dim, transposed_on_device(index, 1, 2), src.to(Device::cuda()));
-      exact(view, expected, what + " scatter_add_ through strides");
+      test::check_cuda_equal(view, expected, what + " scatter_add_ through strides");
     }
   }
   // Many short fibers (the max/cross-entropy backward pattern): (50000, 1) indices along dim 1.
   Tensor grad = test::random({50000, 37}, DType::f32, 7);
   Tensor target = random_index({50000, 1}, 37, DType::i64, 8);
   Tensor src = test::random({50000, 1}, DType::f32, 9);
-  exact(ops::scatter_add(grad.to(Device::cuda()), 1, target.to(Device::cuda()), src.to(Device::cuda())),
+  test::check_cuda_equal(ops::scatter_add(grad.to(Device::cuda()), 1, target.to(Device::cuda()), src.to(Device::cuda())),
         ops::scatter_add(grad, 1, target, src), "many fibers");
 }
 
@@ -142,7 +138,7 @@ TEST_CASE("scatter_add on few long fibers (atomics) equals the CPU on exactly su
     Tensor self = test::random({2, 20}, DType::i64, 1, 0, 3).to(dt);
     Tensor src = test::random({2, 2000}, DType::i64, 2, 0, 3).to(dt);
     Tensor index = random_index({2, 2000}, 20, DType::i64, 3);
-    exact(ops::scatter_add(self.to(Device::cuda()), 1, index.to(Device::cuda()), src.to(Device::cuda())),
+    test::check_cuda_equal(ops::scatter_add(self.to(Device::cuda()), 1, index.to(Device::cuda()), src.to(Device::cuda())),
           ops::scatter_add(self, 1, index, src), std::string(dtype_name(dt)) + " atomics");
   }
 }
@@ -166,8 +162,8 @@ TEST_CASE("index_add_ equals the CPU bitwise, in place through strides, with rep
       Tensor gbase = base.to(Device::cuda());
       Tensor gself = gbase.transpose(0, 2);  // (3, 6, 4), strided
       ops::index_add_(gself, dim, stepped_on_device(index), transposed_on_device(src, 1, 2));
-      exact(gself, expected, what);
-      exact(gbase.transpose(0, 2), expected, what + " (base)");
+      test::check_cuda_equal(gself, expected, what);
+      test::check_cuda_equal(gbase.transpose(0, 2), expected, what + " (base)");
     }
   }
   // Many repeats: 20000 rows into 50 (the index_select backward pattern).
@@ -179,7 +175,7 @@ TEST_CASE("index_add_ equals the CPU bitwise, in place through strides, with rep
     ops::index_add_(gself, 0, index.to(Device::cuda()), src.to(Device::cuda()));
     Tensor expected = self.clone();
     ops::index_add_(expected, 0, index, src);
-    exact(gself, expected, std::string(dtype_name(dt)) + " 20000 rows");
+    test::check_cuda_equal(gself, expected, std::string(dtype_name(dt)) + " 20000 rows");
   }
 }
 
@@ -193,16 +189,16 @@ TEST_CASE("embedding looks up rows for ids of any shape and dtype") {
         Tensor ids = random_index({3, 5}, 10, it, ++seed);
         const std::string what = std::string(dtype_name(dt)) + " ids " + dtype_name(it);
         CAPTURE(what);
-        exact(ops::embedding(weight, ids.to(Device::cuda())), ops::embedding(w, ids), what);
-        exact(ops::embedding(weight, transposed_on_device(ids, 0, 1)), ops::embedding(w, ids), what + " strided ids");
+        test::check_cuda_equal(ops::embedding(weight, ids.to(Device::cuda())), ops::embedding(w, ids), what);
+        test::check_cuda_equal(ops::embedding(weight, transposed_on_device(ids, 0, 1)), ops::embedding(w, ids), what + " strided ids");
       }
     }
   }
   Tensor w = test::random({50257, 64}, DType::bf16, 1);
   Tensor ids = random_index({8, 1024}, 50257, DType::i64, 2);
-  exact(ops::embedding(w.to(Device::cuda()), ids.to(Device::cuda())), ops::embedding(w, ids), "GPT-sized table");
+  test::check_cuda_equal(ops::embedding(w.to(Device::cuda()), ids.to(Device::cuda())), ops::embedding(w, ids), "GPT-sized table");
   Tensor id0 = scalar_tensor(3, DType::i64);
-  exact(ops::embedding(w.to(Device::cuda()), id0.to(Device::cuda())), ops::embedding(w, id0), "0-dim id");
+  test::check_cuda_equal(ops::embedding(w.to(Device::cuda()), id0.to(Device::cuda())), ops::embedding(w, id0), "0-dim id");
 }
 
 TEST_CASE("embedding_backward with repeated ids equals the CPU and is bitwise stable across runs") {
@@ -216,7 +212,7 @@ TEST_CASE("embedding_backward with repeated ids equals the CPU and is bitwise st
     CAPTURE(what);
     Tensor out = ops::embedding_backward(transposed_on_device(grad, 0, 2), transposed_on_device(ids, 0, 1), V);
     // Same additions in the same (position) order as the CPU, so equal, not just close.
-    exact(out, ops::embedding_backward(grad, ids, V), what);
+    test::check_cuda_equal(out, ops::embedding_backward(grad, ids, V), what);
   }
   // GPT-2 sized: 50257 ids, 8 x 1024 positions, a third of them one frequent id.
   const int64_t V = 50257, C = 96;
@@ -231,11 +227,11 @@ TEST_CASE("embedding_backward with repeated ids equals the CPU and is bitwise st
     CHECK(test::values(one) == test::values(two));
     Tensor cpu = ops::embedding_backward(grad, ids, V);
     test::check_cuda_matches(one, cpu, test::cuda_rtol(dt), test::cuda_rtol(dt), std::string(dtype_name(dt)) + " GPT-sized");
-    exact(one, cpu, std::string(dtype_name(dt)) + " GPT-sized, bitwise");
+    test::check_cuda_equal(one, cpu, std::string(dtype_name(dt)) + " GPT-sized, bitwise");
   }
   // No ids at all: a zero table.
   Tensor none = zeros({0}, DType::i64);
-  exact(ops::embedding_backward(zeros({0, 4}).to(Device::cuda()), none.to(Device::cuda()), 6),
+  test::check_cuda_equal(ops::embedding_backward(zeros({0, 4}).to(Device::cuda()), none.to(Device::cuda()), 6),
         zeros({6, 4}), "no ids");
 }
 
@@ -313,8 +309,8 @@ TEST_CASE("deferred index checks: lookups and embedding_backward make no host sy
   CHECK_ERROR_CONTAINS(eb.to(Device::cpu()), "embedding", "index 12", "position [0, 1]", "reported late");
   CHECK(cuda::deferred_faults_pending() == 0);
   CHECK(test::values(eb.select(0, 0).select(0, 1)) == std::vector<double>(4, 0.0));
-  exact(e, ops::embedding(w.to(Device::cpu()), good.to(Device::cpu())), "embedding");
-  exact(g, ops::embedding_backward(grad.to(Device::cpu()), good.to(Device::cpu()), 10), "embedding_backward");
+  test::check_cuda_equal(e, ops::embedding(w.to(Device::cpu()), good.to(Device::cpu())), "embedding");
+  test::check_cuda_equal(g, ops::embedding_backward(grad.to(Device::cpu()), good.to(Device::cpu()), 10), "embedding_backward");
   cuda::check_deferred_faults(/*wait=*/true);  // nothing left
 }
 

@@ -5,14 +5,6 @@
 
 using namespace kiln;
 
-namespace {
-
-void exact(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
-  test::check_cuda_matches(gpu, cpu, 0, 0, what);
-}
-
-}  // namespace
-
 TEST_CASE("cat matches the CPU along every dim, with strided parts, in every dtype") {
   test::require_cuda();
   uint64_t seed = 1;
@@ -33,7 +25,7 @@ TEST_CASE("cat matches the CPU along every dim, with strided parts, in every dty
       CAPTURE(what);
       Tensor out = ops::cat(gpu, dim);
       CHECK(out.is_contiguous());
-      exact(out, ops::cat(cpu, dim), what);
+      test::check_cuda_equal(out, ops::cat(cpu, dim), what);
     }
   }
 }
@@ -44,10 +36,10 @@ TEST_CASE("cat promotes dtypes and accepts empty parts on the GPU") {
   Tensor b = from_vector<float>({0.5f}, {1});
   Tensor c = zeros({0}, DType::i64);
   Tensor out = ops::cat({a.to(Device::cuda()), c.to(Device::cuda()), b.to(Device::cuda())}, 0);
-  exact(out, ops::cat({a, c, b}, 0), "i32 + i64 + f32");
+  test::check_cuda_equal(out, ops::cat({a, c, b}, 0), "i32 + i64 + f32");
   CHECK(out.dtype() == DType::f32);
   Tensor h = test::random({3, 2}, DType::f16, 4), bf = test::random({3, 5}, DType::bf16, 5);
-  exact(ops::cat({h.to(Device::cuda()), bf.to(Device::cuda())}, 1), ops::cat({h, bf}, 1), "f16 + bf16 -> f32");
+  test::check_cuda_equal(ops::cat({h.to(Device::cuda()), bf.to(Device::cuda())}, 1), ops::cat({h, bf}, 1), "f16 + bf16 -> f32");
 }
 
 TEST_CASE("stack inserts a new dim at any position on the GPU") {
@@ -60,7 +52,7 @@ TEST_CASE("stack inserts a new dim at any position on the GPU") {
                                test::random({3, 8}, dt, seed).to(Device::cuda()).slice(1, 0, 8, 2)};
     for (int64_t dim : {0, 1, 2, -1, -3}) {
       CAPTURE(dim);
-      exact(ops::stack(gpu, dim), ops::stack(cpu, dim), std::string(dtype_name(dt)) + " stack");
+      test::check_cuda_equal(ops::stack(gpu, dim), ops::stack(cpu, dim), std::string(dtype_name(dt)) + " stack");
     }
   }
 }
@@ -73,7 +65,7 @@ TEST_CASE("split and chunk of a CUDA tensor are device views that cover it") {
     REQUIRE(g.size() == c.size());
     for (size_t k = 0; k < g.size(); ++k) {
       CHECK(g[k].storage() == x.storage());  // a view, not a copy
-      exact(g[k], c[k], "piece " + std::to_string(k));
+      test::check_cuda_equal(g[k], c[k], "piece " + std::to_string(k));
     }
   };
   check_pieces(ops::split(x, 4, 1), ops::split(xc, 4, 1));
@@ -81,7 +73,7 @@ TEST_CASE("split and chunk of a CUDA tensor are device views that cover it") {
   check_pieces(ops::chunk(x, 3, 1), ops::chunk(xc, 3, 1));
   check_pieces(ops::chunk(x, 4, 0), ops::chunk(xc, 4, 0));
   // cat of the pieces gives the input back.
-  exact(ops::cat(ops::split(x, 3, 1), 1), xc.contiguous(), "cat(split(x))");
+  test::check_cuda_equal(ops::cat(ops::split(x, 3, 1), 1), xc.contiguous(), "cat(split(x))");
 }
 
 TEST_CASE("join ops refuse mixed devices and keep their shape errors on the GPU") {

@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 using namespace kiln;
@@ -37,13 +38,30 @@ bool fits(const Shape& s, const Window& w) {
          wd + 2 * w.padding.w >= w.dilation.w * (w.kernel.w - 1) + 1;
 }
 
+// Runs `check(dtype, shape, window)` for every floating dtype, every shape of shapes() and every
+// window of `windows` that fits it, with the case captured for the failure messages.
+void for_each_case(const std::vector<Window>& windows,
+                   const std::function<void(DType, const Shape&, const Window&)>& check) {
+  for (DType dt : kDtypes)
+    for (const Shape& s : shapes())
+      for (const Window& w : windows) {
+        if (!fits(s, w)) continue;
+        CAPTURE(dt);
+        CAPTURE(s);
+        CAPTURE(w.kernel);
+        CAPTURE(w.padding);
+        CAPTURE(w.dilation);
+        check(dt, s, w);
+      }
+}
+
 // The device's max_pool2d: values exactly the CPU's (a max is one of the inputs), indices equal,
 // and the gradient routed through them.
 void check_max_pool(const Tensor& x, const Window& w, uint64_t seed, const std::string& what) {
   const ops::MaxPool2dResult cpu = ops::max_pool2d(x, w.kernel, w.stride, w.padding, w.dilation);
   const ops::MaxPool2dResult gpu = ops::max_pool2d(test::to_cuda(x, true), w.kernel, w.stride, w.padding, w.dilation);
-  test::check_cuda_matches(gpu.out, cpu.out, 0, 0, what + " out");
-  test::check_cuda_matches(gpu.indices, cpu.indices, 0, 0, what + " indices");
+  test::check_cuda_equal(gpu.out, cpu.out, what + " out");
+  test::check_cuda_equal(gpu.indices, cpu.indices, what + " indices");
   const Tensor g = test::random(cpu.out.shape(), x.dtype(), seed);
   const Tensor gx = ops::max_pool2d_backward(test::to_cuda(g, true), gpu.indices, x.shape());
   // Overlapping windows add in an order the atomics choose: one rounding per extra term.
@@ -56,17 +74,9 @@ void check_max_pool(const Tensor& x, const Window& w, uint64_t seed, const std::
 TEST_CASE("max_pool2d: values and indices equal the CPU's, backward through the indices") {
   test::require_cuda();
   uint64_t seed = 10;
-  for (DType dt : kDtypes)
-    for (const Shape& s : shapes())
-      for (const Window& w : max_windows()) {
-        if (!fits(s, w)) continue;
-        CAPTURE(dt);
-        CAPTURE(s);
-        CAPTURE(w.kernel);
-        CAPTURE(w.padding);
-        CAPTURE(w.dilation);
-        check_max_pool(test::random(s, dt, ++seed), w, ++seed, "random");
-      }
+  for_each_case(max_windows(), [&](DType dt, const Shape& s, const Window& w) {
+    check_max_pool(test::random(s, dt, ++seed), w, ++seed, "random");
+  });
 }
 
 TEST_CASE("max_pool2d: ties pick the first maximum, NaN wins, -inf windows keep their first tap") {
@@ -87,24 +97,17 @@ TEST_CASE("max_pool2d: ties pick the first maximum, NaN wins, -inf windows keep 
 TEST_CASE("avg_pool2d forward and backward match the CPU (padding in the divisor)") {
   test::require_cuda();
   uint64_t seed = 100;
-  for (DType dt : kDtypes)
-    for (const Shape& s : shapes())
-      for (const Window& w : avg_windows()) {
-        if (!fits(s, w)) continue;
-        CAPTURE(dt);
-        CAPTURE(s);
-        CAPTURE(w.kernel);
-        CAPTURE(w.padding);
-        const Tensor x = test::random(s, dt, ++seed);
-        const double tol = test::cuda_rtol(dt);
-        const Tensor cpu = ops::avg_pool2d(x, w.kernel, w.stride, w.padding);
-        test::check_cuda_matches(ops::avg_pool2d(test::to_cuda(x, true), w.kernel, w.stride, w.padding), cpu, tol, -1,
-                                 "avg_pool2d");
-        const Tensor g = test::random(cpu.shape(), dt, ++seed);
-        test::check_cuda_matches(ops::avg_pool2d_backward(test::to_cuda(g, true), s, w.kernel, w.stride, w.padding),
-                                 ops::avg_pool2d_backward(g, s, w.kernel, w.stride, w.padding), tol, -1,
-                                 "avg_pool2d_backward");
-      }
+  for_each_case(avg_windows(), [&](DType dt, const Shape& s, const Window& w) {
+    const Tensor x = test::random(s, dt, ++seed);
+    const double tol = test::cuda_rtol(dt);
+    const Tensor cpu = ops::avg_pool2d(x, w.kernel, w.stride, w.padding);
+    test::check_cuda_matches(ops::avg_pool2d(test::to_cuda(x, true), w.kernel, w.stride, w.padding), cpu, tol, -1,
+                             "avg_pool2d");
+    const Tensor g = test::random(cpu.shape(), dt, ++seed);
+    test::check_cuda_matches(ops::avg_pool2d_backward(test::to_cuda(g, true), s, w.kernel, w.stride, w.padding),
+                             ops::avg_pool2d_backward(g, s, w.kernel, w.stride, w.padding), tol, -1,
+                             "avg_pool2d_backward");
+  });
 }
 
 TEST_CASE("adaptive_avg_pool2d forward and backward match the CPU, divisible or not, up or down") {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -259,6 +260,25 @@ void mirror_forward(const Attn& a, bool causal, double scale, Grads& g) {
     }
 }
 
+// One backward kernel's walk: each block owns `rows` positions of its side (queries for dq, keys for
+// dk/dv); each owned position meets the other side's tiles of `step`, from begin(b0) while below
+// end(b0). The other side is padded to whole tiles: there p = prob(own, other) must be 0 (masked)
+// and the pair is skipped; body(own, other, p) gets every real pair.
+void walk_tiles(int t, int rows, int step, const std::function<int(int)>& begin, const std::function<int(int)>& end,
+                const std::function<double(int, int)>& prob, const std::function<void(int, int, double)>& body) {
+  for (int b0 = 0; b0 < t; b0 += rows)
+    for (int own = b0; own < std::min(t, b0 + rows); ++own)
+      for (int o0 = begin(b0); o0 < end(b0); o0 += step)
+        for (int other = o0; other < o0 + step; ++other) {
+          const double p = prob(own, other);
+          if (other >= t) {
+            REQUIRE(p == 0.0);
+            continue;
+          }
+          body(own, other, p);
+        }
+}
+
 // flash_bwd_dq_kernel and flash_bwd_dkdv_kernel (query tiles of dkdv_cols), from out and lse.
 void mirror_backward(const Attn& a, bool causal, double scale, int dkdv_cols, Grads& g) {
   const int t = a.t, d = a.d, rows = flash::kRowsPerBlock, cols = flash::DqLayout<64>::kCols;
@@ -270,36 +290,25 @@ void mirror_backward(const Attn& a, bool causal, double scale, int dkdv_cols, Gr
                                              : 0.0;
   };
   g.dq.assign(size_t(t) * d, 0);
-  for (int m0 = 0; m0 < t; m0 += rows)
-    for (int qi = m0; qi < std::min(t, m0 + rows); ++qi)
-      for (int n0 = 0; n0 < flash::key_end(m0, rows, t, causal); n0 += cols)
-        for (int kj = n0; kj < n0 + cols; ++kj) {
-          const double p = prob(qi, kj);
-          if (kj >= t) {
-            REQUIRE(p == 0.0);
-            continue;
-          }
-          const double ds = p * (dot_rows(a.dout, qi, a.v, kj, d) - delta[qi]);
-          for (int c = 0; c < d; ++c) g.dq[size_t(qi) * d + c] += ds * a.k[size_t(kj) * d + c];
-        }
+  walk_tiles(
+      t, rows, cols, [](int) { return 0; }, [&](int m0) { return flash::key_end(m0, rows, t, causal); }, prob,
+      [&](int qi, int kj, double p) {
+        const double ds = p * (dot_rows(a.dout, qi, a.v, kj, d) - delta[qi]);
+        for (int c = 0; c < d; ++c) g.dq[size_t(qi) * d + c] += ds * a.k[size_t(kj) * d + c];
+      });
   for (double& x : g.dq) x *= scale;
   g.dk.assign(size_t(t) * d, 0);
   g.dv.assign(size_t(t) * d, 0);
-  for (int n0 = 0; n0 < t; n0 += rows)
-    for (int kj = n0; kj < std::min(t, n0 + rows); ++kj)
-      for (int m0 = flash::query_begin(n0, dkdv_cols, causal); m0 < t; m0 += dkdv_cols)
-        for (int qi = m0; qi < m0 + dkdv_cols; ++qi) {
-          const double p = prob(qi, kj);
-          if (qi >= t) {
-            REQUIRE(p == 0.0);
-            continue;
-          }
-          const double ds = p * (dot_rows(a.v, kj, a.dout, qi, d) - delta[qi]);
-          for (int c = 0; c < d; ++c) {
-            g.dv[size_t(kj) * d + c] += p * a.dout[size_t(qi) * d + c];
-            g.dk[size_t(kj) * d + c] += ds * a.q[size_t(qi) * d + c];
-          }
+  walk_tiles(
+      t, rows, dkdv_cols, [&](int n0) { return flash::query_begin(n0, dkdv_cols, causal); }, [&](int) { return t; },
+      [&](int kj, int qi) { return prob(qi, kj); },
+      [&](int kj, int qi, double p) {
+        const double ds = p * (dot_rows(a.v, kj, a.dout, qi, d) - delta[qi]);
+        for (int c = 0; c < d; ++c) {
+          g.dv[size_t(kj) * d + c] += p * a.dout[size_t(qi) * d + c];
+          g.dk[size_t(kj) * d + c] += ds * a.q[size_t(qi) * d + c];
         }
+      });
   for (double& x : g.dk) x *= scale;
 }
 

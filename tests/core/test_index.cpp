@@ -8,8 +8,8 @@
 using namespace kiln;
 using kiln::test::at;
 using kiln::test::for_each_index;
+using kiln::test::Index;
 using kiln::test::values;
-using Index = std::vector<int64_t>;
 
 namespace {
 
@@ -38,13 +38,11 @@ Tensor transposed_copy(const Tensor& x, int64_t d0, int64_t d1) {
   return x.transpose(d0, d1).contiguous().transpose(d0, d1);
 }
 
-const DType kDataTypes[] = {DType::f32, DType::f64, DType::bf16, DType::i64, DType::b8};
-
 }  // namespace
 
 TEST_CASE("index_select matches a loop, any dim, dtype and layout") {
   uint64_t seed = 10;
-  for (DType dt : kDataTypes) {
+  for (DType dt : test::kDataTypes) {
     Tensor base = test::random({4, 5, 6}, dt, ++seed);
     Tensor wide = test::random({4, 10, 6}, dt, ++seed);
     for (const Tensor& x : {base, transposed_copy(base, 0, 2), wide.slice(1, 0, 10, 2)}) {
@@ -80,7 +78,7 @@ TEST_CASE("index_select matches a loop, any dim, dtype and layout") {
 
 TEST_CASE("gather matches a loop; index may be smaller than the input off dim") {
   uint64_t seed = 100;
-  for (DType dt : kDataTypes) {
+  for (DType dt : test::kDataTypes) {
     Tensor base = test::random({4, 5, 6}, dt, ++seed);
     for (const Tensor& x : {base, transposed_copy(base, 0, 1)}) {
       for (int64_t dim : {0, 1, 2}) {
@@ -167,7 +165,7 @@ TEST_CASE("index_add_ matches a loop, in place through strides") {
 
 TEST_CASE("embedding looks up rows for ids of any shape") {
   uint64_t seed = 400;
-  for (DType dt : kDataTypes) {
+  for (DType dt : test::kDataTypes) {
     Tensor w = test::random({10, 8}, dt, ++seed);
     for (const Tensor& weight : {w, transposed_copy(w, 0, 1)}) {
       for (DType it : {DType::i64, DType::i32}) {

@@ -5,12 +5,12 @@
 using namespace kiln;
 using kiln::test::at;
 using kiln::test::for_each_index;
+using kiln::test::Index;
 using kiln::test::values;
-using Index = std::vector<int64_t>;
 
 TEST_CASE("cat matches a loop along every dim, with strided inputs") {
   uint64_t seed = 1;
-  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i64, DType::b8}) {
+  for (DType dt : test::kDataTypes) {
     for (int64_t dim : {0, 1, 2, -1}) {
       const int64_t d = dim < 0 ? dim + 3 : dim;
       std::vector<Tensor> parts;

@@ -3,6 +3,7 @@
 // adjoint identities, thread independence and the error messages.
 #include "test_util.h"
 
+#include <cmath>
 #include <limits>
 
 using namespace kiln;
@@ -106,6 +107,15 @@ std::pair<std::vector<double>, std::vector<double>> reference_adaptive(const Ten
 // The 16-bit outputs are rounded once from a float sum; the references are exact.
 double tol(DType dt) { return test::rtol_for(dt); }
 
+// Output k of the pool `r` is `value` (NaN: is NaN) and its index is `index` (the flat input position).
+void check_output(const ops::MaxPool2dResult& r, int64_t k, double value, int64_t index) {
+  CAPTURE(k);
+  const double v = test::values(r.out)[k];
+  if (std::isnan(value)) CHECK(std::isnan(v));
+  else CHECK(v == value);
+  CHECK(test::values(r.indices)[k] == index);
+}
+
 }  // namespace
 
 TEST_CASE("max_pool2d and its backward match the loop reference") {
@@ -145,14 +155,10 @@ TEST_CASE("max_pool2d: default stride, strided input, NaN windows") {
   p[1 * 4 + 2] = nan;
   p[3 * 4 + 3] = 100.f;  // window (1, 1): an ordinary max
   auto rn = ops::max_pool2d(y, 2);
-  auto v = test::values(rn.out), i = test::values(rn.indices);
-  CHECK(std::isnan(v[0]));
-  CHECK(i[0] == 4);
-  CHECK(std::isnan(v[1]));
-  CHECK(i[1] == 6);
-  CHECK(!std::isnan(v[2]));
-  CHECK(v[3] == 100.0);
-  CHECK(i[3] == 15);
+  check_output(rn, 0, nan, 4);
+  check_output(rn, 1, nan, 6);
+  CHECK(!std::isnan(test::values(rn.out)[2]));
+  check_output(rn, 3, 100.0, 15);
 
   // The same windows in a row of 20 outputs (the 16-wide AVX-512 path of the 2x2 pool).
   Tensor z = test::random({1, 1, 2, 40}, DType::f32, 9);
@@ -162,15 +168,10 @@ TEST_CASE("max_pool2d: default stride, strided input, NaN windows") {
   q[40 + 7] = 100.f;               // window 3
   q[40 + 39] = nan;                // window 19 (the scalar tail)
   auto rz = ops::max_pool2d(z, 2);
-  auto vz = test::values(rz.out), iz = test::values(rz.indices);
-  CHECK(std::isnan(vz[0]));
-  CHECK(iz[0] == 40);
-  CHECK(std::isnan(vz[1]));
-  CHECK(iz[1] == 42);
-  CHECK(vz[3] == 100.0);
-  CHECK(iz[3] == 47);
-  CHECK(std::isnan(vz[19]));
-  CHECK(iz[19] == 79);
+  check_output(rz, 0, nan, 40);
+  check_output(rz, 1, nan, 42);
+  check_output(rz, 3, 100.0, 47);
+  check_output(rz, 19, nan, 79);
   test::check_close(rz.out, reference_max(z, {2, 2, 2, 2, 0, 0, 1, 1}, Tensor()).value, 0, 0, "wide row with NaNs");
 }
 

@@ -15,26 +15,19 @@ struct NotExposed {};
 }  // namespace kiln::probe
 
 // Fallbacks: a non-template declaration with the same parameters wins over these.
-namespace kiln::ops {
-template <class... A>
-probe::NotExposed add(const A&...);
-template <class... A>
-probe::NotExposed matmul(const A&...);
-template <class... A>
-probe::NotExposed softmax(const A&...);
-template <class... A>
-probe::NotExposed conv2d(const A&...);
-}  // namespace kiln::ops
-namespace kiln::cpu {
-template <class... A>
-probe::NotExposed softmax(const A&...);
-}  // namespace kiln::cpu
-namespace kiln::cuda {
-template <class... A>
-probe::NotExposed softmax(const A&...);
-template <class... A>
-probe::NotExposed gemm(const A&...);
-}  // namespace kiln::cuda
+#define KILN_PROBE(ns, fn)            \
+  namespace kiln::ns {                \
+  template <class... A>               \
+  probe::NotExposed fn(const A&...);  \
+  }
+KILN_PROBE(ops, add)
+KILN_PROBE(ops, matmul)
+KILN_PROBE(ops, softmax)
+KILN_PROBE(ops, conv2d)
+KILN_PROBE(cpu, softmax)
+KILN_PROBE(cuda, softmax)
+KILN_PROBE(cuda, gemm)
+#undef KILN_PROBE
 
 namespace {
 

@@ -2,14 +2,10 @@
 #include "test_util.h"
 
 using namespace kiln;
-using kiln::test::at;
-using kiln::test::for_each_index;
-using kiln::test::values;
-using Index = std::vector<int64_t>;
 
 TEST_CASE("triu and tril keep the right triangle, batched and strided") {
   uint64_t seed = 1;
-  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i64, DType::b8}) {
+  for (DType dt : test::kDataTypes) {
     Tensor square = test::random({2, 3, 5, 5}, dt, ++seed);
     Tensor wide = test::random({3, 4, 6}, dt, ++seed);
     Tensor strided = test::random({6, 2, 8}, dt, ++seed).transpose(0, 2).slice(0, 0, 8, 2);  // (4, 2, 6)
@@ -21,13 +17,13 @@ TEST_CASE("triu and tril keep the right triangle, batched and strided") {
         CHECK(up.dtype() == dt);
         CHECK(up.is_contiguous());
         std::vector<double> eu, el;
-        for_each_index(x.shape(), [&](const Index& p) {
+        test::for_each_index(x.shape(), [&](const test::Index& p) {
           int64_t i = p[p.size() - 2], j = p[p.size() - 1];
-          eu.push_back(j - i >= diag ? at(x, p) : 0.0);
-          el.push_back(j - i <= diag ? at(x, p) : 0.0);
+          eu.push_back(j - i >= diag ? test::at(x, p) : 0.0);
+          el.push_back(j - i <= diag ? test::at(x, p) : 0.0);
         });
-        CHECK(values(up) == eu);
-        CHECK(values(lo) == el);
+        CHECK(test::values(up) == eu);
+        CHECK(test::values(lo) == el);
       }
     }
   }

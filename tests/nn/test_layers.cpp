@@ -24,13 +24,6 @@ void check_within(const Tensor& t, double bound, const char* what) {
   }
 }
 
-// Overwrites a parameter with seeded random values (so affine terms are not the trivial 1 / 0).
-void randomize(const Tensor& p, uint64_t seed) {
-  NoGradGuard g;
-  Tensor t = p;
-  t.copy_(test::random(p.shape(), p.dtype(), seed, -1.0, 1.0));
-}
-
 }  // namespace
 
 TEST_CASE("Linear: names, init, forward, backward, shape errors") {
@@ -113,8 +106,8 @@ TEST_CASE("LayerNorm: ones/zeros init, normalization over trailing dims, shape e
   CHECK(names(ln.named_parameters()) == std::vector<std::string>{"weight", "bias"});
   CHECK(values(ln.weight) == std::vector<double>(6, 1.0));
   CHECK(values(ln.bias) == std::vector<double>(6, 0.0));
-  randomize(ln.weight, 11);
-  randomize(ln.bias, 12);
+  test::randomize(ln.weight, 11);
+  test::randomize(ln.bias, 12);
 
   Tensor x = test::random({4, 2, 3}, DType::f32, 2);
   Tensor y = ln.forward(x);

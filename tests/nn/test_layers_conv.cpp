@@ -42,13 +42,6 @@ std::vector<double> conv_ref(const Tensor& x, const Tensor& w, const Tensor& b, 
   return out;
 }
 
-// Overwrites a parameter with seeded random values (so affine terms are not the trivial 1 / 0).
-void randomize(const Tensor& p, uint64_t seed) {
-  NoGradGuard g;
-  Tensor t = p;
-  t.copy_(test::random(p.shape(), p.dtype(), seed, -1.0, 1.0));
-}
-
 }  // namespace
 
 TEST_CASE("Conv2d: names, init, forward (stride, padding, groups), backward, shape errors") {
@@ -95,8 +88,8 @@ TEST_CASE("BatchNorm2d: buffers, train statistics and running updates, eval uses
   CHECK(bn.num_batches_tracked.dtype() == DType::i64);
   CHECK(bn.num_batches_tracked.dim() == 0);
   CHECK(values(bn.running_var) == std::vector<double>{1, 1, 1});
-  randomize(bn.weight, 21);
-  randomize(bn.bias, 22);
+  test::randomize(bn.weight, 21);
+  test::randomize(bn.bias, 22);
 
   const int64_t N = 4, C = 3, H = 2, W = 5, M = N * H * W;
   Tensor x = test::random({N, C, H, W}, DType::f32, 3);

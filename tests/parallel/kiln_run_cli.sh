@@ -3,10 +3,7 @@
 # program passed through, one-line errors for bad input, --help, SIGTERM forwarding.
 # Usage: kiln_run_cli.sh path/to/kiln-run
 K="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../test_util.sh"
 # expect_rc CODE ARGS...: runs kiln-run, stdout to $T/out, stderr to $T/err.
 expect_rc() {
   want=$1; shift
@@ -76,5 +73,4 @@ got=$?
 expect_out "[rank 0] got-term"
 expect_out "[rank 1] got-term"
 
-[ $fails = 0 ] && echo "kiln_run_cli: all checks passed"
-exit $fails
+checks_done kiln_run_cli

@@ -18,19 +18,10 @@ Usage: /usr/bin/python3 gen_amp.py OUT.safetensors
    "ac.loss" (f32), "ac.grad.<name>" (f32), and the same model in plain f32 as "f32.logits",
    "f32.loss".
 """
-import os
-import sys
-
-try:
-    import torch
-    import torch.nn.functional as F
-    import torch.cuda.amp.grad_scaler as grad_scaler
-except ImportError:
-    print("gen_amp: SKIPPED: this python has no torch (install python3-torch)")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.dirname(__file__))
-import safetensors_io  # noqa: E402
+import parity_oracle  # first: exits 77 (skipped) where this python has no torch
+import torch
+import torch.cuda.amp.grad_scaler as grad_scaler
+import torch.nn.functional as F
 
 
 def non_finite_check_and_unscale_(grads, found_inf, inv_scale):
@@ -146,6 +137,5 @@ for n, w in ws.items():
 logits32, loss32 = forward(weights)
 out["f32.logits"], out["f32.loss"] = logits32, loss32
 
-safetensors_io.save(sys.argv[1], out, {"torch": torch.__version__, "init_scale": str(INIT_SCALE),
-                                       "growth_interval": str(GROWTH_INTERVAL)})
-print(f"gen_amp: wrote {len(out)} tensors to {sys.argv[1]} ({skipped} of {STEPS} steps skipped)")
+parity_oracle.write(out, {"init_scale": str(INIT_SCALE), "growth_interval": str(GROWTH_INTERVAL)},
+                    what=f"{len(out)} tensors ({skipped} of {STEPS} steps skipped)")

@@ -4,17 +4,9 @@ Usage: /usr/bin/python3 gen_core.py OUT.safetensors
 Each case stores "<case>.in<k>" inputs and "<case>.out<k>" outputs; tests/parity/test_parity_core.cpp
 runs the same op in Kiln on the inputs and compares. Both sides must list the same case names.
 """
-import sys
-
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("gen_core: SKIPPED: this python has no torch (install python3-torch)")
-    sys.exit(77)
-
-sys.path.insert(0, __import__("os").path.dirname(__file__))
-import safetensors_io  # noqa: E402
+import parity_oracle  # first: exits 77 (skipped) where this python has no torch
+import torch
+import torch.nn.functional as F
 
 torch.manual_seed(1234)
 cases = {}
@@ -174,5 +166,4 @@ t = randn(2, 4, 5)
 case("triu", [t], torch.triu(t, diagonal=1))
 case("tril", [t], torch.tril(t, diagonal=-1))
 
-safetensors_io.save(sys.argv[1], cases, {"torch": torch.__version__})
-print(f"gen_core: wrote {len({k.split('.')[0] for k in cases})} cases to {sys.argv[1]}")
+parity_oracle.write(cases, what=f"{len({k.split('.')[0] for k in cases})} cases")

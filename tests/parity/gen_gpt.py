@@ -9,18 +9,10 @@ d in f64, f32 (the same weights cast): "<d>.logits", "<d>.loss", "<d>.grad.<name
 tests/parity/test_parity_gpt.cpp loads the weights into kiln::models::GPT and compares.
 """
 import math
-import os
-import sys
 
-try:
-    import torch
-except ImportError:
-    print("gen_gpt: SKIPPED: this python has no torch (install python3-torch)")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.dirname(__file__))
-import safetensors_io  # noqa: E402
-from torch_gpt import GPT, GPTConfig  # noqa: E402
+import parity_oracle  # first: exits 77 (skipped) where this python has no torch
+import torch
+from torch_gpt import GPT, GPTConfig
 
 VOCAB, PADDED, BLOCK, N_LAYER, N_HEAD, N_EMBD = 200, 256, 32, 2, 4, 64
 
@@ -59,5 +51,4 @@ for dname, dtype in (("f64", torch.float64), ("f32", torch.float32)):
     for k, p in m.named_parameters():
         out[f"{dname}.grad.{k}"] = p.grad.clone()
 
-safetensors_io.save(sys.argv[1], out, {"torch": torch.__version__})
-print(f"gen_gpt: wrote {len(out)} tensors to {sys.argv[1]}")
+parity_oracle.write(out)

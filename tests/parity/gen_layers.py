@@ -5,18 +5,9 @@ For each case "<case>": "<case>.param.<name>" (the layer's state_dict), "<case>.
 "<case>.grad_out", and torch's "<case>.out", "<case>.grad_input", "<case>.grad.<name>".
 tests/parity/test_parity_layers.cpp builds the same Kiln layer and compares.
 """
-import os
-import sys
-
-try:
-    import torch
-    import torch.nn as nn
-except ImportError:
-    print("gen_layers: SKIPPED: this python has no torch (install python3-torch)")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.dirname(__file__))
-import safetensors_io  # noqa: E402
+import parity_oracle  # first: exits 77 (skipped) where this python has no torch
+import torch
+import torch.nn as nn
 
 torch.manual_seed(4321)
 out = {}
@@ -81,5 +72,4 @@ loss = nn.MSELoss()(pred, tgt)
 loss.backward()
 out["mse.input"], out["mse.target"], out["mse.out"], out["mse.grad_input"] = pred.detach(), tgt, loss.detach(), pred.grad
 
-safetensors_io.save(sys.argv[1], out, {"torch": torch.__version__})
-print(f"gen_layers: wrote {len(out)} tensors to {sys.argv[1]}")
+parity_oracle.write(out)

@@ -6,16 +6,8 @@ Inputs (f64): "init.<k>" initial parameters, "grad.<s>.<k>" the gradient of para
 step<s>.<k>" torch's parameter k after step s, with parameters and gradients cast to <dtype>.
 tests/parity/test_parity_optim.cpp replays the same steps in Kiln; both sides list the same cases.
 """
-import sys
-
-try:
-    import torch
-except ImportError:
-    print("gen_optim: SKIPPED: this python has no torch (install python3-torch)")
-    sys.exit(77)
-
-sys.path.insert(0, __import__("os").path.dirname(__file__))
-import safetensors_io  # noqa: E402
+import parity_oracle  # first: exits 77 (skipped) where this python has no torch
+import torch
 
 torch.manual_seed(4321)
 STEPS = 10
@@ -50,5 +42,4 @@ for name, make in OPTIMIZERS.items():
             for k, p in enumerate(params):
                 out[f"{name}.{dname}.step{s}.{k}"] = p.detach().clone()
 
-safetensors_io.save(sys.argv[1], out, {"torch": torch.__version__})
-print(f"gen_optim: wrote {len(out)} tensors to {sys.argv[1]}")
+parity_oracle.write(out)

@@ -9,20 +9,12 @@ Kiln's PowerSGDState::set_q does), "grad.<it>" the bucket before iteration <it>,
 "out.r<r>.<it>" the bucket after the hook and "error.r<r>.<it>" the error feedback it kept.
 tests/parity/test_parity_powersgd.cpp replays the same iterations in Kiln.
 """
-import os
-import sys
 import tempfile
 
-try:
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
-except ImportError:
-    print("gen_powersgd: SKIPPED: this python has no torch (install python3-torch)")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.dirname(__file__))
-import safetensors_io  # noqa: E402
+import parity_oracle  # first: exits 77 (skipped) where this python has no torch
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
 # A (20, 16), b (16), C (6, 2, 8) viewed (6, 16), D (7, 5): with min_compression_rate 1, A is
 # compressed at every rank below, C at r <= 3, D at r <= 2, b never (a vector).
@@ -78,7 +70,7 @@ def pq_sizes(r):
     return ps, qs
 
 
-def main(path):
+def main():
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
         out = {f"shape.{k}": torch.tensor(s, dtype=torch.float64) for k, s in enumerate(SHAPES)}
@@ -101,8 +93,8 @@ def main(path):
                 if it >= START:
                     out[f"error.r{r}.{it}"] = state.error_dict[0].clone()
         dist.destroy_process_group()
-    safetensors_io.save(path, out)
+    parity_oracle.write(out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -8,19 +8,11 @@ Keys: "<model>.<dtype>.init.<param>" (initial state_dict), "<model>.<dtype>.x" (
 "<model>.<opt>.<dtype>.final.<param>". tests/parity/test_parity_train.cpp replays it in Kiln.
 """
 import math
-import os
-import sys
 
-try:
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError:
-    print("gen_train: SKIPPED: this python has no torch (install python3-torch)")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.dirname(__file__))
-import safetensors_io  # noqa: E402
+import parity_oracle  # first: exits 77 (skipped) where this python has no torch
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 STEPS, BATCH = 20, 16
 WARMUP, MIN_LR_FACTOR, CLIP = 5, 0.1, 1.0
@@ -86,5 +78,4 @@ for model_name, make, x_shape, classes in [("mlp", mlp, (8,), 4), ("cnn", cnn, (
             for k, v in model.state_dict().items():
                 out[f"{key}.final.{k}"] = v.clone()
 
-safetensors_io.save(sys.argv[1], out, {"torch": torch.__version__, "steps": str(STEPS)})
-print(f"gen_train: wrote {len(out)} tensors to {sys.argv[1]}")
+parity_oracle.write(out, {"steps": str(STEPS)})

@@ -7,6 +7,8 @@ import struct
 
 import torch
 
+import safetensors_raw
+
 _DTYPES = {
     torch.float32: "F32", torch.float64: "F64", torch.bfloat16: "BF16", torch.float16: "F16",
     torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL",
@@ -40,14 +42,9 @@ def save(path, tensors, metadata=None):
 
 
 def load(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
+    header, data, _ = safetensors_raw.read(path)
     out = {}
     for name, info in header.items():
-        if name == "__metadata__":
-            continue
         b, e = info["data_offsets"]
         dt = _TORCH[info["dtype"]]
         raw = bytearray(data[b:e])
