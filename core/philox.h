@@ -91,6 +91,12 @@ KILN_HOST_DEVICE constexpr Series<N> inverse_factorials(int top) {
   return s;
 }
 
+// Spot checks against the hex literals these tables replaced.
+static_assert(inverse_odds<11>(23).k[0] == 0x1.642c8590b2164p-5 && inverse_odds<11>(23).k[5] == 0x1.3b13b13b13b14p-4);
+static_assert(inverse_factorials<10>(18).k[0] == -0x1.6827863b97d97p-53 && inverse_factorials<10>(18).k[9] == 1.0);
+static_assert(inverse_factorials<8>(17).k[0] == 0x1.952c77030ad4ap-49 &&
+              inverse_factorials<8>(17).k[6] == 0x1.1111111111111p-7);
+
 // log(u) for u in (0, 1]: u = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with
 // s = (m - 1) / (m + 1), |s| < 0.172, summed to s^23 (truncation below 1e-18 relative).
 KILN_HOST_DEVICE inline double log_unit(double u) {
