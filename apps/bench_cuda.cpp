@@ -169,15 +169,7 @@ int main(int argc, char** argv) {
                      out.c_str());
       }
     }
-    std::printf("%-32s %10s %12s %12s %8s\n", "case", "unit", "Kiln", "PyTorch", "ratio");
-    for (const Result& r : results) {
-      if (ref.contains(r.name)) {
-        double t = ref[r.name].get<double>();
-        std::printf("%-32s %10s %12.2f %12.2f %7.2fx\n", r.name.c_str(), r.unit.c_str(), r.kiln, t, r.kiln / t);
-      } else {
-        std::printf("%-32s %10s %12.2f %12s %8s\n", r.name.c_str(), r.unit.c_str(), r.kiln, "-", "-");
-      }
-    }
+    bench::print_comparison(results, {"case", 32, 10, 12, "Kiln", "PyTorch"}, ref);
     if (ref.contains("device")) std::printf("PyTorch %s on %s\n", ref.value("torch", "?").c_str(),
                                             ref["device"].get<std::string>().c_str());
     return 0;

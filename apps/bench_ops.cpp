@@ -104,15 +104,7 @@ int main(int argc, char** argv) {
     std::printf("bench_ops: %d thread(s), %lld elements; PyTorch %s, BLAS %s\n", threads,
                 static_cast<long long>(elements), ref.value("torch", std::string("(not run)")).c_str(),
                 ref.value("blas", std::string("-")).c_str());
-    std::printf("%-12s %-8s %10s %10s %8s\n", "op", "unit", "kiln", "pytorch", "ratio");
-    for (const Row& r : rows) {
-      if (ref.contains(r.name)) {
-        double t = ref[r.name].get<double>();
-        std::printf("%-12s %-8s %10.2f %10.2f %7.2fx\n", r.name.c_str(), r.unit.c_str(), r.kiln, t, r.kiln / t);
-      } else {
-        std::printf("%-12s %-8s %10.2f %10s %8s\n", r.name.c_str(), r.unit.c_str(), r.kiln, "-", "-");
-      }
-    }
+    bench::print_comparison(rows, {"op", 12, -8, 10, "kiln", "pytorch"}, ref);
     return 0;
   });
 }

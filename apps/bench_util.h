@@ -1,5 +1,5 @@
 // Shared by the bench_* apps: the timing rule (median of at least `min_iters` runs and 0.5 s,
-// after 2 warm-ups) and running the PyTorch side as a child process.
+// after 2 warm-ups), running the PyTorch side as a child process, and the Kiln-vs-PyTorch table.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
 
 #include <kiln/core/error.h>
 
@@ -49,6 +51,30 @@ inline std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// The columns of a Kiln-vs-PyTorch table; a negative width left-aligns its column.
+struct TableLayout {
+  const char* case_header;  // "case", "op"
+  int case_width, unit_width, value_width;
+  const char* kiln_header;  // "Kiln", "kiln"
+  const char* torch_header;
+};
+
+// Prints the header and one line per row (anything with `name`, `unit` and `kiln`): Kiln's figure,
+// PyTorch's (torch[name], the PyTorch side's JSON; "-" where it has none) and their ratio.
+template <class Row>
+void print_comparison(const std::vector<Row>& rows, const TableLayout& l, const nlohmann::json& torch) {
+  const int c = -l.case_width, u = l.unit_width, v = l.value_width;
+  std::printf("%*s %*s %*s %*s %8s\n", c, l.case_header, u, "unit", v, l.kiln_header, v, l.torch_header, "ratio");
+  for (const Row& r : rows) {
+    if (torch.contains(r.name)) {
+      const double t = torch[r.name].template get<double>();
+      std::printf("%*s %*s %*.2f %*.2f %7.2fx\n", c, r.name.c_str(), u, r.unit.c_str(), v, r.kiln, v, t, r.kiln / t);
+    } else {
+      std::printf("%*s %*s %*.2f %*s %8s\n", c, r.name.c_str(), u, r.unit.c_str(), v, r.kiln, v, "-", "-");
+    }
+  }
 }
 
 }  // namespace kiln::bench

@@ -1,22 +1,15 @@
 // Grad mode: whether ops record history. Thread-local, like torch.no_grad / torch.enable_grad.
 #pragma once
 
+#include <kiln/core/scoped_setting.h>
+
 namespace kiln {
 
 bool grad_mode_enabled();
 void set_grad_mode(bool enabled);
 
 // Sets grad mode for its scope and restores the previous mode on exit (torch's AutoGradMode).
-class GradModeGuard {
- public:
-  explicit GradModeGuard(bool enabled) : prev_(grad_mode_enabled()) { set_grad_mode(enabled); }
-  ~GradModeGuard() { set_grad_mode(prev_); }
-  GradModeGuard(const GradModeGuard&) = delete;
-  GradModeGuard& operator=(const GradModeGuard&) = delete;
-
- private:
-  bool prev_;
-};
+using GradModeGuard = ScopedSetting<bool, grad_mode_enabled, set_grad_mode>;
 
 // Disables recording for its scope (optimizer steps, evaluation, in-place parameter updates).
 class NoGradGuard : public GradModeGuard {

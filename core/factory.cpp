@@ -67,29 +67,29 @@ static Tensor random_fill(const Shape& shape, TensorOptions o, const char* op, D
   return t.to(o.device_);
 }
 
-// A fresh CUDA tensor filled by cuda::random_fill: the CPU's draws, made on the device.
-static Tensor random_on_device(const Shape& shape, TensorOptions o, cuda::RandomDraw draw, uint64_t seed,
-                               uint64_t first) {
-  Tensor t = empty(shape, o.dtype_, o.device_);
-  cuda::random_fill(t, draw, 0.0, 1.0, seed, first);
-  return t;
+// rand and randn: Philox draws (uniform in [0, 1) or standard normal) of a floating dtype, made
+// on the device for a CUDA tensor (cuda::random_fill: the CPU's draws).
+static Tensor random_floating(const char* op, cuda::RandomDraw draw, const Shape& shape, Generator& gen,
+                              TensorOptions o) {
+  KILN_CHECK(is_floating(o.dtype_), op, ": expected a floating dtype, got ", o.dtype_);
+  uint64_t seed = gen.seed(), first = gen.advance(shape_numel(shape));
+  if constexpr (cuda::kBuilt)
+    if (o.device_.is_cuda()) {
+      Tensor t = empty(shape, o.dtype_, o.device_);
+      cuda::random_fill(t, draw, 0.0, 1.0, seed, first);
+      return t;
+    }
+  if (draw == cuda::RandomDraw::normal)
+    return random_fill(shape, o, op, [=](int64_t i) { return philox_normal(seed, first + i); });
+  return random_fill(shape, o, op, [=](int64_t i) { return philox_uniform(seed, first + i); });
 }
 
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions o) {
-  KILN_CHECK(is_floating(o.dtype_), "rand: expected a floating dtype, got ", o.dtype_);
-  uint64_t seed = gen.seed(), first = gen.advance(shape_numel(shape));
-  if constexpr (cuda::kBuilt)
-    if (o.device_.is_cuda()) return random_on_device(shape, o, cuda::RandomDraw::uniform, seed, first);
-  return random_fill(shape, o, "rand", [=](int64_t i) { return philox_uniform(seed, first + i); });
+  return random_floating("rand", cuda::RandomDraw::uniform, shape, gen, o);
 }
 Tensor rand(const Shape& shape, TensorOptions o) { return rand(shape, default_generator(), o); }
-
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions o) {
-  KILN_CHECK(is_floating(o.dtype_), "randn: expected a floating dtype, got ", o.dtype_);
-  uint64_t seed = gen.seed(), first = gen.advance(shape_numel(shape));
-  if constexpr (cuda::kBuilt)
-    if (o.device_.is_cuda()) return random_on_device(shape, o, cuda::RandomDraw::normal, seed, first);
-  return random_fill(shape, o, "randn", [=](int64_t i) { return philox_normal(seed, first + i); });
+  return random_floating("randn", cuda::RandomDraw::normal, shape, gen, o);
 }
 Tensor randn(const Shape& shape, TensorOptions o) { return randn(shape, default_generator(), o); }
 

@@ -51,29 +51,23 @@ inline float half_bits_to_float(uint16_t h) {
 
 }  // namespace detail
 
-struct BFloat16 {
+// A 16-bit float stored as its bits, converted to and from float by its format's two functions.
+// BFloat16 and Half are two instances, so two distinct types.
+template <uint16_t (*FromFloat)(float), float (*ToFloat)(uint16_t)>
+struct Float16Bits {
   uint16_t bits = 0;
-  BFloat16() = default;
-  BFloat16(float f) : bits(detail::float_to_bf16_bits(f)) {}  // NOLINT: implicit like torch
-  operator float() const { return detail::bf16_bits_to_float(bits); }
-  static BFloat16 from_bits(uint16_t b) {
-    BFloat16 r;
+  Float16Bits() = default;
+  Float16Bits(float f) : bits(FromFloat(f)) {}  // NOLINT: implicit like torch
+  operator float() const { return ToFloat(bits); }
+  static Float16Bits from_bits(uint16_t b) {
+    Float16Bits r;
     r.bits = b;
     return r;
   }
 };
 
-struct Half {
-  uint16_t bits = 0;
-  Half() = default;
-  Half(float f) : bits(detail::float_to_half_bits(f)) {}  // NOLINT: implicit like torch
-  operator float() const { return detail::half_bits_to_float(bits); }
-  static Half from_bits(uint16_t b) {
-    Half r;
-    r.bits = b;
-    return r;
-  }
-};
+using BFloat16 = Float16Bits<detail::float_to_bf16_bits, detail::bf16_bits_to_float>;
+using Half = Float16Bits<detail::float_to_half_bits, detail::half_bits_to_float>;
 
 static_assert(sizeof(BFloat16) == 2 && sizeof(Half) == 2);
 

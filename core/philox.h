@@ -57,6 +57,46 @@ KILN_HOST_DEVICE inline double fma_(double a, double b, double c) {
 #endif
 }
 
+// Horner's rule, every step an fma_: ((k[0] z + k[1]) z + ...) z + k[N-1] (highest power first).
+template <int N>
+KILN_HOST_DEVICE inline double horner(double z, const double (&k)[N]) {
+  double r = k[0];
+  for (int i = 1; i < N; ++i) r = fma_(r, z, k[i]);
+  return r;
+}
+
+// The series below as coefficient tables for horner(), highest power first, made at compile time:
+// each is an exact integer ratio rounded once by IEEE division (n! is exact in a double up to
+// n = 18), the very doubles a table of hex literals would hold.
+template <int N>
+struct Series {
+  double k[N];
+};
+KILN_HOST_DEVICE constexpr double factorial(int n) { return n < 2 ? 1.0 : n * factorial(n - 1); }
+// 1/n for n = top, top - 2, ... (atanh's odd powers).
+template <int N>
+KILN_HOST_DEVICE constexpr Series<N> inverse_odds(int top) {
+  Series<N> s{};
+  for (int i = 0; i < N; ++i) s.k[i] = 1.0 / (top - 2 * i);
+  return s;
+}
+// (-1)^(n/2) / n! for n = top, top - 2, ... (cos from an even top, sin / x from an odd one).
+template <int N>
+KILN_HOST_DEVICE constexpr Series<N> inverse_factorials(int top) {
+  Series<N> s{};
+  for (int i = 0; i < N; ++i) {
+    const int n = top - 2 * i;
+    s.k[i] = ((n / 2) % 2 ? -1.0 : 1.0) / factorial(n);
+  }
+  return s;
+}
+
+// Spot checks against the hex literals these tables replaced.
+static_assert(inverse_odds<11>(23).k[0] == 0x1.642c8590b2164p-5 && inverse_odds<11>(23).k[5] == 0x1.3b13b13b13b14p-4);
+static_assert(inverse_factorials<10>(18).k[0] == -0x1.6827863b97d97p-53 && inverse_factorials<10>(18).k[9] == 1.0);
+static_assert(inverse_factorials<8>(17).k[0] == 0x1.952c77030ad4ap-49 &&
+              inverse_factorials<8>(17).k[6] == 0x1.1111111111111p-7);
+
 // log(u) for u in (0, 1]: u = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with
 // s = (m - 1) / (m + 1), |s| < 0.172, summed to s^23 (truncation below 1e-18 relative).
 KILN_HOST_DEVICE inline double log_unit(double u) {
@@ -73,17 +113,8 @@ KILN_HOST_DEVICE inline double log_unit(double u) {
   const double f = m - 1.0;  // exact (Sterbenz)
   const double s = f / (m + 1.0);
   const double z = s * s;
-  double p = 0x1.642c8590b2164p-5;  // 1/23
-  p = fma_(p, z, 0x1.8618618618618p-5);  // 1/21
-  p = fma_(p, z, 0x1.af286bca1af28p-5);  // 1/19
-  p = fma_(p, z, 0x1.e1e1e1e1e1e1ep-5);  // 1/17
-  p = fma_(p, z, 0x1.1111111111111p-4);  // 1/15
-  p = fma_(p, z, 0x1.3b13b13b13b14p-4);  // 1/13
-  p = fma_(p, z, 0x1.745d1745d1746p-4);  // 1/11
-  p = fma_(p, z, 0x1.c71c71c71c71cp-4);  // 1/9
-  p = fma_(p, z, 0x1.2492492492492p-3);  // 1/7
-  p = fma_(p, z, 0x1.999999999999ap-3);  // 1/5
-  p = fma_(p, z, 0x1.5555555555555p-2);  // 1/3
+  constexpr Series<11> kOdd = inverse_odds<11>(23);  // 1/23 ... 1/3
+  const double p = horner(z, kOdd.k);
   const double s3 = s * z;
   const double atanh_s = fma_(s3, p, s);                              // s + s^3/3 + s^5/5 + ...
   return fma_(static_cast<double>(e), 0x1.62e42fefa39efp-1, 2.0 * atanh_s);  // e ln2 + log m
@@ -97,24 +128,10 @@ KILN_HOST_DEVICE inline double cos_2pi_bits53(uint64_t b) {
   const int64_t f = static_cast<int64_t>(b) - static_cast<int64_t>(q << 51);  // [-2^50, 2^50)
   const double x = static_cast<double>(f) * 0x1.0p-51 * 0x1.921fb54442d18p+0;  // f/2^51 * pi/2
   const double z = x * x;
-  double c = -0x1.6827863b97d97p-53;   // -1/18!
-  c = fma_(c, z, 0x1.ae7f3e733b81fp-45);   // 1/16!
-  c = fma_(c, z, -0x1.93974a8c07c9dp-37);  // -1/14!
-  c = fma_(c, z, 0x1.1eed8eff8d898p-29);   // 1/12!
-  c = fma_(c, z, -0x1.27e4fb7789f5cp-22);  // -1/10!
-  c = fma_(c, z, 0x1.a01a01a01a01ap-16);   // 1/8!
-  c = fma_(c, z, -0x1.6c16c16c16c17p-10);  // -1/6!
-  c = fma_(c, z, 0x1.5555555555555p-5);    // 1/4!
-  c = fma_(c, z, -0.5);
-  const double cos_x = fma_(c, z, 1.0);
-  double s = 0x1.952c77030ad4ap-49;    // 1/17!
-  s = fma_(s, z, -0x1.ae7f3e733b81fp-41);  // -1/15!
-  s = fma_(s, z, 0x1.6124613a86d09p-33);   // 1/13!
-  s = fma_(s, z, -0x1.ae64567f544e4p-26);  // -1/11!
-  s = fma_(s, z, 0x1.71de3a556c734p-19);   // 1/9!
-  s = fma_(s, z, -0x1.a01a01a01a01ap-13);  // -1/7!
-  s = fma_(s, z, 0x1.1111111111111p-7);    // 1/5!
-  s = fma_(s, z, -0x1.5555555555555p-3);   // -1/3!
+  constexpr Series<10> kCos = inverse_factorials<10>(18);  // -1/18! ... -1/2!, 1
+  constexpr Series<8> kSin = inverse_factorials<8>(17);   // 1/17! ... -1/3!
+  const double cos_x = horner(z, kCos.k);
+  const double s = horner(z, kSin.k);
   const double x3 = x * z;
   const double sin_x = fma_(x3, s, x);
   switch (q & 3) {

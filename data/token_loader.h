@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include <kiln/core/arg.h>
 #include <kiln/core/tensor.h>
 #include <kiln/data/token_shard.h>
 
@@ -18,37 +19,17 @@ struct TokenLoaderOptions {
   TokenLoaderOptions(std::string pattern, int64_t batch_size, int64_t seq_len)
       : pattern_(std::move(pattern)), batch_size_(batch_size), seq_len_(seq_len) {}
 
-  TokenLoaderOptions& pattern(std::string v) { pattern_ = std::move(v); return *this; }
-  TokenLoaderOptions& batch_size(int64_t v) { batch_size_ = v; return *this; }  // B, per rank
-  TokenLoaderOptions& seq_len(int64_t v) { seq_len_ = v; return *this; }        // T
-  TokenLoaderOptions& rank(int v) { rank_ = v; return *this; }
-  TokenLoaderOptions& world_size(int v) { world_size_ = v; return *this; }
-  TokenLoaderOptions& seed(uint64_t v) { seed_ = v; return *this; }
-  TokenLoaderOptions& shuffle(bool v) { shuffle_ = v; return *this; }  // false: validation order
-  TokenLoaderOptions& vocab_size(int64_t v) { vocab_size_ = v; return *this; }  // 0: unchecked
+  KILN_ARG(std::string, pattern);  // a glob; the matching files are read in sorted order
+  KILN_ARG(int64_t, batch_size);   // B, per rank
+  KILN_ARG(int64_t, seq_len);      // T
+  KILN_ARG(int, rank) = 0;
+  KILN_ARG(int, world_size) = 1;
+  KILN_ARG(uint64_t, seed) = 0;
+  KILN_ARG(bool, shuffle) = true;         // false: validation order
+  KILN_ARG(int64_t, vocab_size) = 0;      // 0: unchecked
   // Batches in page-locked host memory (CUDA builds), so x.to(cuda, /*non_blocking=*/true) is an
   // asynchronous upload that does not wait for the GPU's queued work (a pageable copy does).
-  TokenLoaderOptions& pin_memory(bool v) { pin_memory_ = v; return *this; }
-  const std::string& pattern() const { return pattern_; }
-  int64_t batch_size() const { return batch_size_; }
-  int64_t seq_len() const { return seq_len_; }
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
-  uint64_t seed() const { return seed_; }
-  bool shuffle() const { return shuffle_; }
-  int64_t vocab_size() const { return vocab_size_; }
-  bool pin_memory() const { return pin_memory_; }
-
- private:
-  std::string pattern_;  // a glob; the matching files are read in sorted order
-  int64_t batch_size_;
-  int64_t seq_len_;
-  int rank_ = 0;
-  int world_size_ = 1;
-  uint64_t seed_ = 0;
-  bool shuffle_ = true;
-  int64_t vocab_size_ = 0;
-  bool pin_memory_ = false;
+  KILN_ARG(bool, pin_memory) = false;
 };
 
 struct TokenBatch {

@@ -66,24 +66,18 @@ void Module::register_child(const std::string& name, std::shared_ptr<Module> mod
   children_.emplace_back(name, std::move(module));
 }
 
-void Module::collect_parameters(const std::string& prefix, NamedTensors& out) const {
-  for (const auto& [n, t] : parameters_) out.emplace_back(prefix + n, t);
-  for (const auto& [n, c] : children_) c->collect_parameters(prefix + n + ".", out);
+void Module::collect(std::initializer_list<Entries> kinds, bool detach, const std::string& prefix,
+                     NamedTensors& out) const {
+  for (Entries kind : kinds)
+    for (const auto& [n, t] : this->*kind) out.emplace_back(prefix + n, detach ? t.detach() : t);
+  for (const auto& [n, c] : children_) c->collect(kinds, detach, prefix + n + ".", out);
 }
 
-void Module::collect_buffers(const std::string& prefix, NamedTensors& out) const {
-  for (const auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
-  for (const auto& [n, c] : children_) c->collect_buffers(prefix + n + ".", out);
-}
-
-void Module::collect_state(const std::string& prefix, NamedTensors& out) const {
-  for (const auto& [n, t] : parameters_) out.emplace_back(prefix + n, t.detach());
-  for (const auto& [n, t] : buffers_) out.emplace_back(prefix + n, t.detach());
-  for (const auto& [n, c] : children_) c->collect_state(prefix + n + ".", out);
-}
-
-// Keeps the first name of each tensor (tied weights are listed once).
-static NamedTensors unique_tensors(NamedTensors all) {
+NamedTensors Module::named(Entries kind, bool recurse) const {
+  if (!recurse) return this->*kind;
+  NamedTensors all;
+  collect({kind}, false, "", all);
+  // Keeps the first name of each tensor (tied weights are listed once).
   std::unordered_set<const TensorImpl*> seen;
   NamedTensors out;
   for (auto& e : all)
@@ -91,31 +85,16 @@ static NamedTensors unique_tensors(NamedTensors all) {
   return out;
 }
 
-NamedTensors Module::named_parameters(bool recurse) const {
-  if (!recurse) return parameters_;
-  NamedTensors out;
-  collect_parameters("", out);
-  return unique_tensors(std::move(out));
-}
-
-std::vector<Tensor> Module::parameters(bool recurse) const {
+static std::vector<Tensor> tensors_of(const NamedTensors& entries) {
   std::vector<Tensor> out;
-  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  for (const auto& [n, t] : entries) out.push_back(t);
   return out;
 }
 
-NamedTensors Module::named_buffers(bool recurse) const {
-  if (!recurse) return buffers_;
-  NamedTensors out;
-  collect_buffers("", out);
-  return unique_tensors(std::move(out));
-}
-
-std::vector<Tensor> Module::buffers(bool recurse) const {
-  std::vector<Tensor> out;
-  for (auto& [n, t] : named_buffers(recurse)) out.push_back(t);
-  return out;
-}
+NamedTensors Module::named_parameters(bool recurse) const { return named(&Module::parameters_, recurse); }
+std::vector<Tensor> Module::parameters(bool recurse) const { return tensors_of(named_parameters(recurse)); }
+NamedTensors Module::named_buffers(bool recurse) const { return named(&Module::buffers_, recurse); }
+std::vector<Tensor> Module::buffers(bool recurse) const { return tensors_of(named_buffers(recurse)); }
 
 std::vector<std::shared_ptr<Module>> Module::children() const {
   std::vector<std::shared_ptr<Module>> out;
@@ -191,7 +170,7 @@ void Module::zero_grad(bool set_to_none) { autograd::zero_grad(parameters(), set
 
 NamedTensors Module::state_dict() const {
   NamedTensors out;
-  collect_state("", out);
+  collect({&Module::parameters_, &Module::buffers_}, true, "", out);
   return out;
 }
 

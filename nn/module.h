@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -104,9 +105,13 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   void register_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name, const char* what) const;
-  void collect_parameters(const std::string& prefix, NamedTensors& out) const;
-  void collect_buffers(const std::string& prefix, NamedTensors& out) const;
-  void collect_state(const std::string& prefix, NamedTensors& out) const;
+  // A kind of registered tensor: &Module::parameters_ or &Module::buffers_.
+  using Entries = NamedTensors Module::*;
+  // Appends this module's entries of `kinds` (detached or not), then its children's, depth first,
+  // under dotted names starting with `prefix`.
+  void collect(std::initializer_list<Entries> kinds, bool detach, const std::string& prefix, NamedTensors& out) const;
+  // named_parameters / named_buffers: this module's own, or every one once (tied tensors).
+  NamedTensors named(Entries kind, bool recurse) const;
   template <class Fn>
   void for_each_module(const Fn& fn);
 

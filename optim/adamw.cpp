@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include <kiln/core/cuda/kernels/optim_step.h>
-#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
 
@@ -52,98 +51,78 @@ void start_state(ParamState& st, const Tensor& p, bool amsgrad) {
 
 }  // namespace
 
-template class GroupedOptimizer<AdamWOptions, cuda::AdamWTensors>;
+struct AdamWRule {
+  static constexpr const char* kName = "AdamW";
+  template <class O, class F>
+  static void fields(O&& o, F&& f) {
+    f("lr", o.lr_, HyperRange::non_negative);
+    f("beta1", o.betas_.first, HyperRange::unit_interval);
+    f("beta2", o.betas_.second, HyperRange::unit_interval);
+    f("eps", o.eps_, HyperRange::non_negative);
+    f("weight_decay", o.weight_decay_, HyperRange::non_negative);
+    f("amsgrad", o.amsgrad_, HyperRange::any);
+  }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : GroupedOptimizer("AdamW") {
-  add_param_group(Group{std::move(params), options});
-}
+  static void check(const HyperParams&) {}  // the ranges say it all
 
-AdamW::AdamW(std::vector<Group> groups) : GroupedOptimizer("AdamW") { add_param_groups(std::move(groups)); }
+  static std::vector<std::string> state_keys(const HyperParams& values) {
+    if (values.at("amsgrad") != 0.0) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    return {"exp_avg", "exp_avg_sq"};
+  }
 
-HyperParams AdamW::to_hyper_params(const AdamWOptions& o) const {
-  return {{"lr", o.lr()},
-          {"beta1", o.betas().first},
-          {"beta2", o.betas().second},
-          {"eps", o.eps()},
-          {"weight_decay", o.weight_decay()},
-          {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
-}
+  // torch.optim.AdamW, for each parameter p with gradient g, at step t (1-based):
+  //   p *= 1 - lr * weight_decay
+  //   m  = beta1 * m + (1 - beta1) * g            v = beta2 * v + (1 - beta2) * g * g
+  //   vmax = max(vmax, v) and v := vmax           (amsgrad)
+  //   denom = sqrt(v) / sqrt(1 - beta2^t) + eps   (eps outside the square root)
+  //   p -= lr / (1 - beta1^t) * m / denom
+  static void update_on_cpu(const AdamWOptions& o, Tensor& p, const Tensor& grad, ParamState& st, size_t g,
+                            size_t i) {
+    // Plain variables, not a structured binding: the lambda below captures them, which clang < 16 refuses.
+    const double beta1 = o.betas().first, beta2 = o.betas().second;
+    if (st.step == 0) start_state(st, p, o.amsgrad());
+    KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
+               " has state from ", st.step, " steps without amsgrad; amsgrad cannot be switched on mid-run");
+    const double t = static_cast<double>(st.step + 1);
+    const double bias_correction1 = 1.0 - std::pow(beta1, t);
+    const double bias_correction2 = 1.0 - std::pow(beta2, t);
+    Tensor work = p.is_contiguous() ? p : p.contiguous();  // a copy only for a strided parameter
+    Tensor g_c = grad.contiguous();
+    auto run = [&]<class T>() {
+      Coeffs<T> c{T(1.0 - o.lr() * o.weight_decay()), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2),
+                  T(std::sqrt(bias_correction2)), T(o.eps()), T(-(o.lr() / bias_correction1))};
+      T* vmax = o.amsgrad() ? st.buffers.at("max_exp_avg_sq").data<T>() : nullptr;
+      adamw_update<T>(work.data<T>(), g_c.data<T>(), st.buffers.at("exp_avg").data<T>(),
+                      st.buffers.at("exp_avg_sq").data<T>(), vmax, p.numel(), c);
+    };
+    if (p.dtype() == DType::f64)
+      run.template operator()<double>();
+    else
+      run.template operator()<float>();
+    if (!work.is_same(p)) p.copy_(work);
+  }
 
-AdamWOptions AdamW::from_hyper_params(const HyperParams& hp) const {
-  return AdamWOptions(hp.at("lr"))
-      .betas({hp.at("beta1"), hp.at("beta2")})
-      .eps(hp.at("eps"))
-      .weight_decay(hp.at("weight_decay"))
-      .amsgrad(hp.at("amsgrad") != 0.0);
-}
+  // ---- CUDA: the parameter's buffers join the batch; one fused launch per batch ----
+  using CudaTensors = cuda::AdamWTensors;
 
-std::vector<std::string> AdamW::state_keys(const HyperParams& values) const {
-  if (values.at("amsgrad") != 0.0) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-  return {"exp_avg", "exp_avg_sq"};
-}
+  // Zero buffers are what a skipped first step leaves, so nothing is undone (no undo_skipped).
+  static bool add_to_batch(const AdamWOptions& o, const Tensor& p, ParamState& st, bool, CudaTensors& batch,
+                           size_t g, size_t i) {
+    if (!st.buffers.count("exp_avg")) start_state(st, p, o.amsgrad());  // no update yet (or only skipped ones)
+    KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
+               " has state from steps without amsgrad; amsgrad cannot be switched on mid-run");
+    batch.exp_avgs.push_back(st.buffers.at("exp_avg"));
+    batch.exp_avg_sqs.push_back(st.buffers.at("exp_avg_sq"));
+    if (o.amsgrad()) batch.max_exp_avg_sqs.push_back(st.buffers.at("max_exp_avg_sq"));
+    return false;
+  }
 
-void AdamW::check_hyper_params(const HyperParams& hp) const {
-  KILN_CHECK(hp.at("lr") >= 0.0, "AdamW: invalid learning rate ", hp.at("lr"), " (must be >= 0)");
-  KILN_CHECK(hp.at("eps") >= 0.0, "AdamW: invalid eps ", hp.at("eps"), " (must be >= 0)");
-  KILN_CHECK(hp.at("beta1") >= 0.0 && hp.at("beta1") < 1.0, "AdamW: invalid beta1 ", hp.at("beta1"),
-             " (must be in [0, 1))");
-  KILN_CHECK(hp.at("beta2") >= 0.0 && hp.at("beta2") < 1.0, "AdamW: invalid beta2 ", hp.at("beta2"),
-             " (must be in [0, 1))");
-  KILN_CHECK(hp.at("weight_decay") >= 0.0, "AdamW: invalid weight_decay ", hp.at("weight_decay"),
-             " (must be >= 0)");
-  KILN_CHECK(hp.at("amsgrad") == 0.0 || hp.at("amsgrad") == 1.0, "AdamW: amsgrad must be 0 or 1, got ",
-             hp.at("amsgrad"));
-}
-
-// torch.optim.AdamW, for each parameter p with gradient g, at step t (1-based):
-//   p *= 1 - lr * weight_decay
-//   m  = beta1 * m + (1 - beta1) * g            v = beta2 * v + (1 - beta2) * g * g
-//   vmax = max(vmax, v) and v := vmax           (amsgrad)
-//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps   (eps outside the square root)
-//   p -= lr / (1 - beta1^t) * m / denom
-void AdamW::update_on_cpu(size_t g, size_t i, Tensor& p, const Tensor& grad, ParamState& st) {
-  const AdamWOptions& o = options(g);
-  // Plain variables, not a structured binding: the lambda below captures them, which clang < 16 refuses.
-  const double beta1 = o.betas().first, beta2 = o.betas().second;
-  if (st.step == 0) start_state(st, p, o.amsgrad());
-  KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
-             " has state from ", st.step, " steps without amsgrad; amsgrad cannot be switched on mid-run");
-  const double t = static_cast<double>(st.step + 1);
-  const double bias_correction1 = 1.0 - std::pow(beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(beta2, t);
-  Tensor work = p.is_contiguous() ? p : p.contiguous();  // a copy only for a strided parameter
-  Tensor g_c = grad.contiguous();
-  auto run = [&]<class T>() {
-    Coeffs<T> c{T(1.0 - o.lr() * o.weight_decay()), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2),
-                T(std::sqrt(bias_correction2)), T(o.eps()), T(-(o.lr() / bias_correction1))};
-    T* vmax = o.amsgrad() ? st.buffers.at("max_exp_avg_sq").data<T>() : nullptr;
-    adamw_update<T>(work.data<T>(), g_c.data<T>(), st.buffers.at("exp_avg").data<T>(),
-                    st.buffers.at("exp_avg_sq").data<T>(), vmax, p.numel(), c);
-  };
-  if (p.dtype() == DType::f64)
-    run.template operator()<double>();
-  else
-    run.template operator()<float>();
-  if (!work.is_same(p)) p.copy_(work);
-}
-
-bool AdamW::add_to_batch(size_t g, size_t i, const Tensor& p, ParamState& st, bool maybe_updated,
-                         cuda::AdamWTensors& batch) {
-  const bool amsgrad = options(g).amsgrad();
-  if (!st.buffers.count("exp_avg")) start_state(st, p, amsgrad);  // no update yet (or only skipped ones)
-  KILN_CHECK(!amsgrad || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
-             " has state from steps without amsgrad; amsgrad cannot be switched on mid-run");
-  batch.exp_avgs.push_back(st.buffers.at("exp_avg"));
-  batch.exp_avg_sqs.push_back(st.buffers.at("exp_avg_sq"));
-  if (amsgrad) batch.max_exp_avg_sqs.push_back(st.buffers.at("max_exp_avg_sq"));
-  return false;  // zero buffers are what a skipped first step leaves
-}
-
-void AdamW::launch(size_t g, const cuda::AdamWTensors& batch, const Tensor& found_inf) {
-  const AdamWOptions& o = options(g);
-  if constexpr (cuda::kBuilt)
+  static void launch(const AdamWOptions& o, const CudaTensors& batch, const Tensor& found_inf) {
     cuda::adamw_step(batch, {o.lr(), o.betas().first, o.betas().second, o.eps(), o.weight_decay(), o.amsgrad()},
                      found_inf);
-}
+  }
+};
+
+template class GroupedOptimizer<AdamWOptions, AdamWRule>;
 
 }  // namespace kiln::optim

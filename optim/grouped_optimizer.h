@@ -1,18 +1,48 @@
 // GroupedOptimizer: the base of SGD and AdamW. It holds every parameter group's options (one typed
-// struct per group, crossing state_dict() as HyperParams) and runs the step both share (Note
-// [Optimizer step]), so that each optimizer holds only its options and its update math.
+// struct per group, crossing state_dict() as HyperParams), checks them, and runs the step both share
+// (Note [Optimizer step]): the per-group walk and the CUDA multi-tensor batches. What differs, an
+// optimizer's Rule, is its math alone (Note [Optimizer rules]).
 #pragma once
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <kiln/autograd/grad_mode.h>
 #include <kiln/core/profiler/profiler.h>
+#include <kiln/cuda.h>
 #include <kiln/optim/optimizer.h>
 
 namespace kiln::optim {
+
+// The values a hyper-parameter may take (bools are 0 or 1 whatever their range says).
+enum class HyperRange {
+  any,
+  non_negative,   // >= 0
+  unit_interval,  // in [0, 1)
+};
+
+// Note [Optimizer rules]
+// An optimizer built on GroupedOptimizer<Options, Rule> writes only its Rule, a struct of static
+// members defined in its .cpp (which instantiates the base, so the header needs no definition):
+//   kName                        "SGD", for messages
+//   CudaTensors                  its launch list in core/cuda/kernels/optim_step.h
+//   fields(options, f)           calls f(name, field, HyperRange) for every option: the one table
+//                                that converts options to and from HyperParams and checks ranges
+//   check(hp)                    checks across fields, beyond the ranges (may be empty)
+//   state_keys(hp)               the buffers a parameter's state holds under `hp`
+//   update_on_cpu(o, p, grad, state, group, index)
+//                                one update of `p`; `state.step` counts the updates before it
+//   add_to_batch(o, p, state, maybe_updated, batch, group, index)
+//                                `p` already joined `batch` (params, grads and steps): add the
+//                                optimizer's buffers; `maybe_updated` says whether it had a step
+//                                count, on the host or on a device, before this step. Returns true
+//                                when undo_skipped(state) must run should the device skip the step.
+//   launch(o, batch, found_inf)  the fused kernel over one batch; only a CUDA build calls it
+//   undo_skipped(state)          optional (an optimizer whose add_to_batch never returns true)
+// `o` is the group's options; `group` and `index` are for messages.
 
 namespace detail {
 
@@ -42,79 +72,124 @@ CudaBatch<CudaTensors>& batch_for(std::vector<CudaBatch<CudaTensors>>& batches, 
 // step(found_inf) of SGD and AdamW walks the groups in order, under NoGradGuard. Every parameter
 // with a gradient (grad_for_update) is updated where it lives:
 // - on the CPU, unless the host reads found_inf as set (HostSkip: one read per step), by
-//   update_on_cpu() with its state made ready (state_for_update), and then counted (++step);
+//   Rule::update_on_cpu() with its state made ready (state_for_update), and then counted (++step);
 // - on CUDA, it joins its group's batch for its device and dtype: its contiguous working copy (a
 //   strided parameter is copied, and written back after the launch), its contiguous gradient and
-//   its device step count; add_to_batch() adds the optimizer's buffers. Each batch is one fused
-//   launch() at the end of the group, which reads found_inf on the device (Note [Device step
-//   counts]). Where add_to_batch() changed a state in a way a skipped step must not leave behind,
-//   the host reads found_inf after the launches and undo_skipped() undoes the change.
-// `CudaTensors` is the launch list of core/cuda/kernels/optim_step.h (cuda::SGDTensors, cuda::AdamWTensors):
-// only the optimizer's .cpp, which instantiates step(), needs its definition.
-template <class Options, class CudaTensors>
+//   its device step count; Rule::add_to_batch() adds the optimizer's buffers. Each batch is one
+//   fused Rule::launch() at the end of the group, which reads found_inf on the device (Note [Device
+//   step counts]). Where add_to_batch() changed a state in a way a skipped step must not leave
+//   behind, the host reads found_inf after the launches and Rule::undo_skipped() undoes the change.
+template <class Options, class Rule>
 class GroupedOptimizer : public Optimizer {
  public:
   using Group = ParamGroup<Options>;
 
-  void add_param_group(Group group) {
-    check_hyper_params(to_hyper_params(group.options));
-    add_params(std::move(group.params));
-    options_.push_back(std::move(group.options));
-  }
+  // One group holding every parameter.
+  GroupedOptimizer(std::vector<Tensor> params, Options options);
+  // Several groups, each with its own options.
+  explicit GroupedOptimizer(std::vector<Group> groups);
+
+  void add_param_group(Group group);
   const Options& options(size_t group) const {
     (void)params(group);
     return options_[group];
   }
   // Checked like add_param_group's.
-  void set_options(size_t group, const Options& options) {
-    (void)params(group);
-    check_hyper_params(to_hyper_params(options));
-    options_[group] = options;
-  }
+  void set_options(size_t group, const Options& options);
 
   void step() override { step(Tensor()); }
   // CUDA parameters: one fused launch per group, device and dtype (Note [Optimizer step]).
   void step(const Tensor& found_inf) override;
 
  protected:
-  explicit GroupedOptimizer(std::string name) : Optimizer(std::move(name)) {}
-
-  // For the derived constructors (the checks call the derived class, so the base cannot).
-  void add_param_groups(std::vector<Group> groups) {
-    KILN_CHECK(!groups.empty(), name(), ": needs at least one parameter group");
-    for (Group& g : groups) add_param_group(std::move(g));
-  }
-
-  // An optimizer's options as the hyper-parameters state_dict() carries, and back.
-  virtual HyperParams to_hyper_params(const Options& options) const = 0;
-  virtual Options from_hyper_params(const HyperParams& values) const = 0;
-
-  // The math (Note [Optimizer step]). update_on_cpu: one update of `param`; `state.step` counts the
-  // updates before it. add_to_batch: `param` already joined `batch` (params, grads and steps);
-  // `maybe_updated` says whether it had a step count, on the host or on a device, before this step.
-  // It returns true when undo_skipped(group, index) must run should the device skip this step.
-  virtual void update_on_cpu(size_t group, size_t index, Tensor& param, const Tensor& grad, ParamState& state) = 0;
-  virtual bool add_to_batch(size_t group, size_t index, const Tensor& param, ParamState& state, bool maybe_updated,
-                            CudaTensors& batch) = 0;
-  // `found_inf`: undefined, or a one-element f32 tensor on the batch's device (found_inf_on).
-  virtual void launch(size_t group, const CudaTensors& batch, const Tensor& found_inf) = 0;
-  virtual void undo_skipped(size_t group, size_t index) {}
-
-  HyperParams hyper_params(size_t group) const final { return to_hyper_params(options(group)); }
-  void set_hyper_params(size_t group, const HyperParams& values) final {
-    options_[group] = from_hyper_params(values);
-  }
+  HyperParams hyper_params(size_t group) const final;
+  void set_hyper_params(size_t group, const HyperParams& values) final;
+  std::vector<std::string> state_keys(const HyperParams& values) const final;
+  void check_hyper_params(const HyperParams& values) const final;
 
  private:
+  static HyperParams to_hyper_params(const Options& options);
+
   std::vector<Options> options_;  // parallel to the parameter groups
 };
 
-template <class Options, class CudaTensors>
-void GroupedOptimizer<Options, CudaTensors>::step(const Tensor& found_inf) {
+// ---- definitions, instantiated by each optimizer's .cpp (where its Rule is complete) ----
+
+template <class Options, class Rule>
+GroupedOptimizer<Options, Rule>::GroupedOptimizer(std::vector<Tensor> params, Options options)
+    : Optimizer(Rule::kName) {
+  add_param_group(Group{std::move(params), std::move(options)});
+}
+
+template <class Options, class Rule>
+GroupedOptimizer<Options, Rule>::GroupedOptimizer(std::vector<Group> groups) : Optimizer(Rule::kName) {
+  KILN_CHECK(!groups.empty(), name(), ": needs at least one parameter group");
+  for (Group& g : groups) add_param_group(std::move(g));
+}
+
+template <class Options, class Rule>
+void GroupedOptimizer<Options, Rule>::add_param_group(Group group) {
+  check_hyper_params(to_hyper_params(group.options));
+  add_params(std::move(group.params));
+  options_.push_back(std::move(group.options));
+}
+
+template <class Options, class Rule>
+void GroupedOptimizer<Options, Rule>::set_options(size_t group, const Options& options) {
+  (void)params(group);
+  check_hyper_params(to_hyper_params(options));
+  options_[group] = options;
+}
+
+template <class Options, class Rule>
+HyperParams GroupedOptimizer<Options, Rule>::to_hyper_params(const Options& options) {
+  HyperParams hp;
+  Rule::fields(options, [&](const char* key, const auto& field, HyperRange) { hp[key] = static_cast<double>(field); });
+  return hp;
+}
+
+template <class Options, class Rule>
+HyperParams GroupedOptimizer<Options, Rule>::hyper_params(size_t group) const {
+  return to_hyper_params(options(group));
+}
+
+template <class Options, class Rule>
+void GroupedOptimizer<Options, Rule>::set_hyper_params(size_t group, const HyperParams& values) {
+  Options o = options(group);
+  Rule::fields(o, [&](const char* key, auto& field, HyperRange) {
+    field = static_cast<std::remove_reference_t<decltype(field)>>(values.at(key));  // a bool: != 0
+  });
+  options_[group] = o;
+}
+
+template <class Options, class Rule>
+std::vector<std::string> GroupedOptimizer<Options, Rule>::state_keys(const HyperParams& values) const {
+  return Rule::state_keys(values);
+}
+
+template <class Options, class Rule>
+void GroupedOptimizer<Options, Rule>::check_hyper_params(const HyperParams& hp) const {
+  Rule::fields(Options(), [&](const char* key, const auto& field, HyperRange range) {
+    const double v = hp.at(key);
+    const std::string what = std::string(key) == "lr" ? "learning rate" : key;
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>)
+      KILN_CHECK(v == 0.0 || v == 1.0, name(), ": ", key, " must be 0 or 1, got ", v);
+    else if (range == HyperRange::non_negative)
+      KILN_CHECK(v >= 0.0, name(), ": invalid ", what, " ", v, " (must be >= 0)");
+    else if (range == HyperRange::unit_interval)
+      KILN_CHECK(v >= 0.0 && v < 1.0, name(), ": invalid ", what, " ", v, " (must be in [0, 1))");
+  });
+  Rule::check(hp);
+}
+
+template <class Options, class Rule>
+void GroupedOptimizer<Options, Rule>::step(const Tensor& found_inf) {
+  using CudaTensors = typename Rule::CudaTensors;
   profiler::Range range(profiler::Category::optimizer, [&] { return name() + ".step"; });
   NoGradGuard no_grad;
   HostSkip skip_on_host(found_inf);
   for (size_t g = 0; g < num_param_groups(); ++g) {
+    const Options& o = options(g);
     std::vector<detail::CudaBatch<CudaTensors>> batches;
     std::vector<size_t> undo_if_skipped;  // CUDA parameters of this group
     for (size_t i = 0; i < params(g).size(); ++i) {
@@ -130,20 +205,21 @@ void GroupedOptimizer<Options, CudaTensors>::step(const Tensor& found_inf) {
         b.tensors.params.push_back(work);
         b.tensors.grads.push_back(grad.contiguous());
         b.tensors.steps.push_back(st.device_step);
-        if (add_to_batch(g, i, p, st, maybe_updated, b.tensors)) undo_if_skipped.push_back(i);
+        if (Rule::add_to_batch(o, p, st, maybe_updated, b.tensors, g, i)) undo_if_skipped.push_back(i);
         continue;
       }
       if (skip_on_host()) continue;
       ParamState& st = state_for_update(g, i);
-      update_on_cpu(g, i, p, grad, st);
+      Rule::update_on_cpu(o, p, grad, st, g, i);
       ++st.step;
     }
     for (auto& b : batches) {
-      launch(g, b.tensors, found_inf_on(found_inf, b.device));
+      if constexpr (cuda::kBuilt) Rule::launch(o, b.tensors, found_inf_on(found_inf, b.device));
       for (auto& [p, work] : b.write_back) p.copy_(work);
     }
-    if (!undo_if_skipped.empty() && skip_on_host())
-      for (size_t i : undo_if_skipped) undo_skipped(g, i);
+    if constexpr (requires(ParamState& s) { Rule::undo_skipped(s); })
+      if (!undo_if_skipped.empty() && skip_on_host())
+        for (size_t i : undo_if_skipped) Rule::undo_skipped(mutable_state(g, i));
   }
 }
 

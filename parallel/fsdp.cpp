@@ -13,6 +13,7 @@
 #include <kiln/autograd/meta.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
+#include <kiln/parallel/broadcast.h>
 #include <kiln/parallel/sharding.h>
 
 namespace kiln::dist {
@@ -299,20 +300,7 @@ void FullyShardedDataParallel::launch_reduce_scatter(size_t u) {
 }
 
 void FullyShardedDataParallel::broadcast_buffers() {
-  ProcessGroup& group = optimizer_->process_group();
-  if (group.size() == 1) return;
-  NoGradGuard no_grad;
-  std::vector<std::pair<Tensor, Tensor>> pending;
-  std::vector<std::shared_ptr<Work>> works;
-  for (const Tensor& b : model_->buffers()) {
-    Tensor d = b.detach();
-    Tensor w = d.is_contiguous() ? d : d.contiguous();
-    works.push_back(group.broadcast(w, 0));
-    pending.emplace_back(d, w);
-  }
-  for (auto& w : works) w->wait();
-  for (auto& [d, w] : pending)
-    if (!w.is_same(d)) d.copy_(w);
+  broadcast_from_rank0(optimizer_->process_group(), model_->buffers());
 }
 
 void FullyShardedDataParallel::prepare_forward() {

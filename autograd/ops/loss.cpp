@@ -12,12 +12,8 @@ namespace kiln {
 namespace {
 
 const char* reduction_name(Reduction r) {
-  switch (r) {
-    case Reduction::none: return "none";
-    case Reduction::mean: return "mean";
-    case Reduction::sum: return "sum";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"none", "mean", "sum"};  // Reduction's order
+  return kNames[static_cast<int>(r)];
 }
 
 }  // namespace

@@ -53,10 +53,19 @@ void check_floating(const char* op, const Tensor& t) {
              t.dtype(), " of shape ", t.shape());
 }
 
-void check_grad_out(const char* op, const Tensor& grad_out, const ConvShapes& s) {
+// The checks of both backward convolutions: devices, a floating grad_out, `other` (the weight or
+// the input, named `what`) of grad_out's dtype, and grad_out's shape; returns the shapes.
+ConvShapes check_backward(const char* op, const Tensor& grad_out, const Tensor& other, const char* what,
+                          const Shape& input_shape, const Shape& weight_shape, const Conv2dOptions& options) {
+  on_cuda(op, {&grad_out, &other});
+  check_floating(op, grad_out);
+  KILN_CHECK(other.dtype() == grad_out.dtype(), op, ": ", what, " dtype ", other.dtype(), " differs from grad_out's ",
+             grad_out.dtype());
+  const ConvShapes s = conv_shapes(op, input_shape, weight_shape, options);
   const Shape expected{s.n, s.o, s.g.oh, s.g.ow};
   KILN_CHECK(grad_out.shape() == expected, op, ": grad_out has shape ", grad_out.shape(), ", expected ",
              expected);
+  return s;
 }
 
 }  // namespace
@@ -80,12 +89,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& input_shape,
                              const Conv2dOptions& options) {
-  on_cuda("conv2d_backward_input", {&grad_out, &weight});
-  check_floating("conv2d_backward_input", grad_out);
-  KILN_CHECK(weight.dtype() == grad_out.dtype(), "conv2d_backward_input: weight dtype ", weight.dtype(),
-             " differs from grad_out's ", grad_out.dtype());
-  const ConvShapes s = conv_shapes("conv2d_backward_input", input_shape, weight.shape(), options);
-  check_grad_out("conv2d_backward_input", grad_out, s);
+  const ConvShapes s =
+      check_backward("conv2d_backward_input", grad_out, weight, "weight", input_shape, weight.shape(), options);
   return dispatch_device("conv2d_backward_input", grad_out.device(),
                          [&] { return cuda::conv2d_backward_input(grad_out, weight, input_shape, options); },
                          [&] { return cpu::conv2d_backward_input(grad_out, weight, input_shape, s); });
@@ -93,12 +98,8 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const Conv2dOptions& options) {
-  on_cuda("conv2d_backward_weight", {&grad_out, &x});
-  check_floating("conv2d_backward_weight", grad_out);
-  KILN_CHECK(x.dtype() == grad_out.dtype(), "conv2d_backward_weight: input dtype ", x.dtype(),
-             " differs from grad_out's ", grad_out.dtype());
-  const ConvShapes s = conv_shapes("conv2d_backward_weight", x.shape(), weight_shape, options);
-  check_grad_out("conv2d_backward_weight", grad_out, s);
+  const ConvShapes s =
+      check_backward("conv2d_backward_weight", grad_out, x, "input", x.shape(), weight_shape, options);
   return dispatch_device("conv2d_backward_weight", grad_out.device(),
                          [&] { return cuda::conv2d_backward_weight(grad_out, x, weight_shape, options); },
                          [&] { return cpu::conv2d_backward_weight(grad_out, x, weight_shape, s); });

@@ -86,21 +86,19 @@ std::optional<CompareOp> mirrored(CompareOp op) {
   }
 }
 
-// out = op(x) in x's floating dtype (integers compute in f32).
-Tensor unary_float(const char* name, UnaryOp op, const Tensor& x) {
+// Ops that compute in x's own dtype; the others are float functions (integers compute in f32).
+bool keeps_dtype(UnaryOp op) {
+  return op == UnaryOp::neg || op == UnaryOp::abs || op == UnaryOp::relu || op == UnaryOp::square;
+}
+
+// out = op(x).
+Tensor unary(UnaryOp op, const Tensor& x) {
+  const char* name = op_name(op);
   check_defined(x, name);
-  DType dt = float_result(x.dtype());
+  DType dt = keeps_dtype(op) ? x.dtype() : float_result(x.dtype());
   Tensor in = x.to(dt);
   Tensor out = empty(x.shape(), dt, x.device());
   dispatch_device(name, {&x}, [&] { cuda::unary(op, out, in); }, [&] { cpu::unary(name, op, out, in); });
-  return out;
-}
-
-// out = op(x) in x's dtype.
-Tensor unary_numeric(const char* name, UnaryOp op, const Tensor& x) {
-  check_defined(x, name);
-  Tensor out = empty(x.shape(), x.dtype(), x.device());
-  dispatch_device(name, {&x}, [&] { cuda::unary(op, out, x); }, [&] { cpu::unary(name, op, out, x); });
   return out;
 }
 
@@ -138,7 +136,8 @@ Tensor binary_cpu(const char* name, Op op, const Tensor& a, const Tensor& b, con
 
 // The result of a comparison (kind boolean) or binary op, broadcast and promoted.
 template <class Op>
-Tensor binary(const char* name, Op op, const Tensor& a, const Tensor& b, Result kind) {
+Tensor binary(Op op, const Tensor& a, const Tensor& b, Result kind) {
+  const char* name = op_name(op);
   const Device dev = op_device(name, {&a, &b});
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType compute = promote_types(a.dtype(), b.dtype());
@@ -167,11 +166,12 @@ Tensor binary_scalar_cuda(Op op, const Tensor& a, double b, Result kind, DType c
 
 // On the CPU the scalar becomes a 0-dim tensor of the compute dtype (the tensor form's kernels).
 template <class Op>
-Tensor binary_scalar(const char* name, Op op, const Tensor& a, double b, Result kind) {
+Tensor binary_scalar(Op op, const Tensor& a, double b, Result kind) {
+  const char* name = op_name(op);
   check_defined(a, name);
   DType compute = scalar_compute(a, b);
   return dispatch_device(name, a.device(), [&] { return binary_scalar_cuda(op, a, b, kind, compute); },
-                         [&] { return binary(name, op, a.to(compute), scalar_tensor(b, TensorOptions(compute)), kind); });
+                         [&] { return binary(op, a.to(compute), scalar_tensor(b, TensorOptions(compute)), kind); });
 }
 
 using U = UnaryOp;
@@ -180,55 +180,40 @@ using C = CompareOp;
 
 }  // namespace
 
-Tensor neg(const Tensor& x) { return unary_numeric("neg", U::neg, x); }
-Tensor abs(const Tensor& x) { return unary_numeric("abs", U::abs, x); }
-Tensor relu(const Tensor& x) { return unary_numeric("relu", U::relu, x); }
-Tensor square(const Tensor& x) { return unary_numeric("square", U::square, x); }
+// The fronts, one list entry each (core/ops/elementwise_op.h).
+#define KILN_UNARY_FRONT(name) \
+  Tensor name(const Tensor& x) { return unary(U::name, x); }
+KILN_UNARY_OPS(KILN_UNARY_FRONT)
+#undef KILN_UNARY_FRONT
 
-Tensor exp(const Tensor& x) { return unary_float("exp", U::exp, x); }
-Tensor log(const Tensor& x) { return unary_float("log", U::log, x); }
-Tensor sqrt(const Tensor& x) { return unary_float("sqrt", U::sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary_float("rsqrt", U::rsqrt, x); }
-Tensor tanh(const Tensor& x) { return unary_float("tanh", U::tanh, x); }
-Tensor sigmoid(const Tensor& x) { return unary_float("sigmoid", U::sigmoid, x); }
-Tensor gelu_tanh(const Tensor& x) { return unary_float("gelu_tanh", U::gelu_tanh, x); }
-Tensor gelu_erf(const Tensor& x) { return unary_float("gelu_erf", U::gelu_erf, x); }
+#define KILN_COMPARE_FRONT(name)                                                                     \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary(C::name, a, b, Result::boolean); } \
+  Tensor name(const Tensor& a, double b) { return binary_scalar(C::name, a, b, Result::boolean); }
+KILN_COMPARE_OPS(KILN_COMPARE_FRONT)
+#undef KILN_COMPARE_FRONT
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary("add", B::add, a, b, Result::promoted); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", B::sub, a, b, Result::promoted); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", B::mul, a, b, Result::promoted); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary("div", B::div, a, b, Result::floating); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary("pow", B::pow, a, b, Result::promoted); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", B::maximum, a, b, Result::promoted); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", B::minimum, a, b, Result::promoted); }
+// Binary ops whose tensor and scalar forms both compute in the promoted dtype.
+#define KILN_BINARY_FRONT(name)                                                                       \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary(B::name, a, b, Result::promoted); } \
+  Tensor name(const Tensor& a, double b) { return binary_scalar(B::name, a, b, Result::promoted); }
+KILN_BINARY_FRONT(add)
+KILN_BINARY_FRONT(sub)
+KILN_BINARY_FRONT(mul)
+KILN_BINARY_FRONT(maximum)
+KILN_BINARY_FRONT(minimum)
+#undef KILN_BINARY_FRONT
 
-Tensor add(const Tensor& a, double b) { return binary_scalar("add", B::add, a, b, Result::promoted); }
-Tensor sub(const Tensor& a, double b) { return binary_scalar("sub", B::sub, a, b, Result::promoted); }
-Tensor rsub(const Tensor& a, double b) { return binary_scalar("rsub", B::rsub, a, b, Result::promoted); }
-Tensor mul(const Tensor& a, double b) { return binary_scalar("mul", B::mul, a, b, Result::promoted); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(B::div, a, b, Result::floating); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary(B::pow, a, b, Result::promoted); }
+Tensor rsub(const Tensor& a, double b) { return binary_scalar(B::rsub, a, b, Result::promoted); }
 Tensor div(const Tensor& a, double b) {
   check_defined(a, "div");
-  return binary_scalar("div", B::div, a.to(float_result(a.dtype())), b, Result::floating);
+  return binary_scalar(B::div, a.to(float_result(a.dtype())), b, Result::floating);
 }
 Tensor pow(const Tensor& a, double e) {
   if (e == 2.0) return square(a);
-  return binary_scalar("pow", B::pow, a, e, Result::promoted);
+  return binary_scalar(B::pow, a, e, Result::promoted);
 }
-Tensor maximum(const Tensor& a, double b) { return binary_scalar("maximum", B::maximum, a, b, Result::promoted); }
-Tensor minimum(const Tensor& a, double b) { return binary_scalar("minimum", B::minimum, a, b, Result::promoted); }
-
-Tensor eq(const Tensor& a, const Tensor& b) { return binary("eq", C::eq, a, b, Result::boolean); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary("ne", C::ne, a, b, Result::boolean); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary("lt", C::lt, a, b, Result::boolean); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary("le", C::le, a, b, Result::boolean); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary("gt", C::gt, a, b, Result::boolean); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary("ge", C::ge, a, b, Result::boolean); }
-Tensor eq(const Tensor& a, double b) { return binary_scalar("eq", C::eq, a, b, Result::boolean); }
-Tensor ne(const Tensor& a, double b) { return binary_scalar("ne", C::ne, a, b, Result::boolean); }
-Tensor lt(const Tensor& a, double b) { return binary_scalar("lt", C::lt, a, b, Result::boolean); }
-Tensor le(const Tensor& a, double b) { return binary_scalar("le", C::le, a, b, Result::boolean); }
-Tensor gt(const Tensor& a, double b) { return binary_scalar("gt", C::gt, a, b, Result::boolean); }
-Tensor ge(const Tensor& a, double b) { return binary_scalar("ge", C::ge, a, b, Result::boolean); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Device dev = op_device("where", {&cond, &a, &b});
@@ -298,10 +283,10 @@ Tensor& mul_(Tensor& a, double b) {
 
 // GELU backward, fused (autograd uses it on both devices); the formulas are core/formulas.h's.
 Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x) {
-  return binary("gelu_tanh_backward", B::gelu_tanh_backward, grad, x, Result::floating);
+  return binary(B::gelu_tanh_backward, grad, x, Result::floating);
 }
 Tensor gelu_erf_backward(const Tensor& grad, const Tensor& x) {
-  return binary("gelu_erf_backward", B::gelu_erf_backward, grad, x, Result::floating);
+  return binary(B::gelu_erf_backward, grad, x, Result::floating);
 }
 
 }  // namespace kiln::ops

@@ -4,54 +4,33 @@
 // device, except that a 0-dim CPU tensor may meet CUDA tensors as a scalar (as in torch).
 #pragma once
 
+#include <kiln/core/ops/elementwise_op.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::ops {
 
-// Unary.
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
-Tensor gelu_tanh(const Tensor& x);  // GELU, tanh approximation (GPT-2)
-Tensor gelu_erf(const Tensor& x);   // GELU, exact (erf)
-Tensor square(const Tensor& x);
-
-// Binary, tensor-tensor (broadcasting) and tensor-scalar.
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor add(const Tensor& a, double b);
-Tensor sub(const Tensor& a, double b);
-Tensor rsub(const Tensor& a, double b);  // b - a
-Tensor mul(const Tensor& a, double b);
-Tensor div(const Tensor& a, double b);
-Tensor pow(const Tensor& a, double exponent);
-Tensor maximum(const Tensor& a, double b);
-Tensor minimum(const Tensor& a, double b);
-
-// Comparisons (bool result).
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, double b);
-Tensor ne(const Tensor& a, double b);
-Tensor lt(const Tensor& a, double b);
-Tensor le(const Tensor& a, double b);
-Tensor gt(const Tensor& a, double b);
-Tensor ge(const Tensor& a, double b);
+// The ops of core/ops/elementwise_op.h's lists, each declared once per form:
+//   unary        neg abs exp log sqrt rsqrt tanh sigmoid relu gelu_tanh (GELU, tanh approximation as
+//                in GPT-2) gelu_erf (GELU, exact) square
+//   binary       add sub mul div pow maximum minimum: tensor-tensor (broadcasting) and tensor-scalar;
+//                rsub(a, b) = b - a, scalar only
+//   comparisons  eq ne lt le gt ge (bool result): tensor-tensor and tensor-scalar
+#define KILN_DECLARE_UNARY(name) Tensor name(const Tensor& x);
+#define KILN_DECLARE_BINARY(name) \
+  Tensor name(const Tensor& a, const Tensor& b); \
+  Tensor name(const Tensor& a, double b);
+KILN_UNARY_OPS(KILN_DECLARE_UNARY)
+KILN_COMPARE_OPS(KILN_DECLARE_BINARY)
+KILN_DECLARE_BINARY(add)
+KILN_DECLARE_BINARY(sub)
+KILN_DECLARE_BINARY(mul)
+KILN_DECLARE_BINARY(div)
+KILN_DECLARE_BINARY(pow)
+KILN_DECLARE_BINARY(maximum)
+KILN_DECLARE_BINARY(minimum)
+#undef KILN_DECLARE_UNARY
+#undef KILN_DECLARE_BINARY
+Tensor rsub(const Tensor& a, double b);
 
 // Selection: cond ? a : b (cond is bool; all three broadcast), and x with mask positions = value.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

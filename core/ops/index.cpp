@@ -67,6 +67,19 @@ void check_no_internal_overlap(const char* op, const Tensor& t) {
                t.strides(), " is a broadcast view (several elements share memory); clone it first");
 }
 
+// The end of scatter_add_ and index_add_: self += src at index's positions along `dim`, by the
+// backend's kernel, which receives src copied first when it shares self's storage (so every
+// element reads a stable value); a bad index is reported naming `op`.
+template <class OnCuda, class OnCpu>
+Tensor& accumulate(const char* op, Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                   OnCuda&& on_cuda_fn, OnCpu&& on_cpu_fn) {
+  check_no_internal_overlap(op, self);
+  const Tensor s = src.storage() == self.storage() ? src.clone() : src;
+  Tensor fault = dispatch_device(op, {&self, &index, &s}, [&] { return on_cuda_fn(s); }, [&] { return on_cpu_fn(s); });
+  report_fault(op, index, fault, self.size(dim), {"self", dim, self.shape()});
+  return self;
+}
+
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -112,12 +125,9 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
     KILN_CHECK(d == dim || index.size(d) <= self.size(d), "scatter_add_: index of shape ", index.shape(),
                " is larger than self ", self.shape(), " in dim ", d, " (only dim ", dim, " may be larger)");
   }
-  check_no_internal_overlap("scatter_add_", self);
-  Tensor s = src.storage() == self.storage() ? src.clone() : src;
-  Tensor fault = dispatch_device("scatter_add_", {&self, &index, &s}, [&] { return cuda::scatter_add_(self, dim, index, s); },
-                                 [&] { return cpu::scatter_add_(self, dim, index, s); });
-  report_fault("scatter_add_", index, fault, self.size(dim), {"self", dim, self.shape()});
-  return self;
+  return accumulate(
+      "scatter_add_", self, dim, index, src, [&](const Tensor& s) { return cuda::scatter_add_(self, dim, index, s); },
+      [&](const Tensor& s) { return cpu::scatter_add_(self, dim, index, s); });
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -137,12 +147,9 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   want[dim] = index.numel();
   KILN_CHECK(src.shape() == want, "index_add_: src has shape ", src.shape(), ", expected ", want, " (self ",
              self.shape(), " with dim ", dim, " of size index.numel() = ", index.numel(), ")");
-  check_no_internal_overlap("index_add_", self);
-  Tensor s = src.storage() == self.storage() ? src.clone() : src;
-  Tensor fault = dispatch_device("index_add_", {&self, &index, &s}, [&] { return cuda::index_add_(self, dim, index, s); },
-                                 [&] { return cpu::index_add_(self, dim, index, s); });
-  report_fault("index_add_", index, fault, self.size(dim), {"self", dim, self.shape()});
-  return self;
+  return accumulate(
+      "index_add_", self, dim, index, src, [&](const Tensor& s) { return cuda::index_add_(self, dim, index, s); },
+      [&](const Tensor& s) { return cpu::index_add_(self, dim, index, s); });
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include <kiln/core/scoped_setting.h>
+
 namespace kiln::cpu {
 
 bool onednn_built();    // compiled with oneDNN (CMake KILN_ONEDNN)
@@ -16,15 +18,6 @@ int64_t onednn_calls();
 void count_onednn_call();
 
 // Sets onednn_enabled() for a scope and restores the previous setting.
-class OnednnGuard {
- public:
-  explicit OnednnGuard(bool on) : previous_(onednn_enabled()) { set_onednn_enabled(on); }
-  ~OnednnGuard() { set_onednn_enabled(previous_); }
-  OnednnGuard(const OnednnGuard&) = delete;
-  OnednnGuard& operator=(const OnednnGuard&) = delete;
-
- private:
-  bool previous_;
-};
+using OnednnGuard = ScopedSetting<bool, onednn_enabled, set_onednn_enabled>;
 
 }  // namespace kiln::cpu
