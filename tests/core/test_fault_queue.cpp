@@ -2,6 +2,7 @@
 // issue order once they reached the host, the first fault raises its op's error marked late and
 // empties the queue, push() reports earlier faults, drain() waits for every record, and the queue
 // stays bounded.
+#include "caught.h"
 #include "test_util.h"
 
 #include <memory>
@@ -46,14 +47,7 @@ std::shared_ptr<Fake> fake(int64_t position = -1, int64_t value = 0) {
   return f;
 }
 
-std::string raised_by(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Raised& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string raised_by(const std::function<void()>& fn) { return test::caught<Raised>(fn); }
 
 }  // namespace
 

@@ -46,6 +46,9 @@ struct Net : nn::Module {
 
 inline uint64_t seed_for_rank(int rank) { return 100 + 17 * uint64_t(rank); }
 
+// A non-owning handle on a rank's group (the group outlives everything the test builds on it).
+inline std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroup& pg) { return {&pg, [](dist::ProcessGroup*) {}}; }
+
 struct TrainSpec {
   NetSpec net;
   DType dtype = DType::f32;
@@ -85,6 +88,19 @@ inline std::vector<double> train_reference(const TrainSpec& s, int world) {
   return flat_parameters(*net);
 }
 
+// One rank's Net under DDP: seeded per rank (so rank 0's broadcast must win), in the spec's dtype.
+struct DdpNet {
+  DdpNet(dist::ProcessGroup& pg, const TrainSpec& s, const dist::DDPOptions& options)
+      : net(make_net(pg, s)), ddp(net, borrow(pg), options) {}
+  static std::shared_ptr<Net> make_net(dist::ProcessGroup& pg, const TrainSpec& s) {
+    auto net = std::make_shared<Net>(seed_for_rank(pg.rank()), s.net);
+    net->to(s.dtype);
+    return net;
+  }
+  std::shared_ptr<Net> net;
+  dist::DistributedDataParallel ddp;
+};
+
 // Called after each step's finish_gradient_synchronization(), before the optimizer step.
 using StepCheck = std::function<void(dist::DistributedDataParallel&, int step)>;
 
@@ -92,10 +108,8 @@ using StepCheck = std::function<void(dist::DistributedDataParallel&, int step)>;
 // of rank r is rows (m * world + r) * batch of the global batch, the loss is scaled by 1/accum.
 inline std::vector<double> train_ddp(dist::ProcessGroup& pg, const TrainSpec& s, dist::DDPOptions options,
                                      const StepCheck& check = nullptr, dist::CommHook hook = nullptr) {
-  auto net = std::make_shared<Net>(seed_for_rank(pg.rank()), s.net);
-  net->to(s.dtype);
-  dist::DistributedDataParallel ddp(net, std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {}),
-                                    options);
+  DdpNet rank(pg, s, options);
+  auto& [net, ddp] = rank;
   if (hook) ddp.register_comm_hook(hook);
   optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
   const int world = pg.size();

@@ -6,15 +6,10 @@
 # Usage: dist_stall.sh KILN_RUN DIST_WORKER
 kiln_run=$1
 worker=$2
-dir=$(mktemp -d)
-out="$dir/out.txt"
-start=$(date +%s)
-KILN_DIST_TIMEOUT=3 KILN_FAULT_INJECT=stall:rank=1:seq=8 KILN_FLIGHT_RECORDER_DIR="$dir" \
-  "$kiln_run" --nproc-per-node 2 --standalone "$worker" stall >"$out" 2>&1
-status=$?
-elapsed=$(( $(date +%s) - start ))
-cat "$out"
-fail() { echo "dist_stall: FAIL: $1"; rm -rf "$dir"; exit 1; }
+name=dist_stall
+. "$(dirname "$0")/dist_job.sh"
+run_job env KILN_DIST_TIMEOUT=3 KILN_FAULT_INJECT=stall:rank=1:seq=8 KILN_FLIGHT_RECORDER_DIR="$dir" \
+  "$kiln_run" --nproc-per-node 2 --standalone "$worker" stall
 [ "$status" -eq 0 ] || fail "kiln-run exited $status: a rank did not report the stall as expected"
 [ "$elapsed" -le 10 ] || fail "the job took ${elapsed} s (timeout 3 s, limit 10 s)"
 for r in 0 1; do
@@ -27,4 +22,3 @@ for r in 0 1; do
   grep '"seq":8,' "$dump" | grep -q '"state":"failed"' || fail "collective 8 is not marked failed in rank $r's dump"
 done
 echo "dist_stall: ok (kiln-run exited 0 after ${elapsed} s; both ranks named rank 1 and dumped)"
-rm -rf "$dir"

@@ -42,47 +42,30 @@ inline std::vector<double> fsdp_parameters(dist::FullyShardedDataParallel& fsdp)
   return out;
 }
 
-// train_mode's loop (same data, loss scaling, AdamW, clipping) with FSDP.
+// train_mode's loop (train_steps: same data, loss scaling, AdamW, clipping) with FSDP.
 // `after_step(fsdp, step)` runs after each optimizer step when given.
 inline ZeroRun train_fsdp(dist::ProcessGroup& pg, const ZeroSpec& s, const FsdpSpec& f,
                           const std::function<void(dist::FullyShardedDataParallel&, int)>& after_step = nullptr) {
-  auto group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
   auto net = std::make_shared<FsdpNet>(seed_for_rank(pg.rank()), s.net);  // rank 0's broadcast must win
   net->recompute = f.recompute;
   net->to(f.device);
   const auto adamw = optim::AdamWOptions(1e-2).weight_decay(0.1);
   optim::AdamW like(net->parameters(), adamw);
-  auto fsdp = dist::FullyShardedDataParallel::create(net, like, group,
+  auto fsdp = dist::FullyShardedDataParallel::create(net, like, test::borrow(pg),
                                                      dist::FSDPOptions().wrap(f.wrap).prefetch(f.prefetch).record_events(true));
   auto opt = fsdp->sharded_optimizer();
-  const int world = pg.size();
-  const int64_t total = world * s.batch * s.accum;
-  TrainSpec rows;
-  rows.net = s.net;
+  ModeSteps m;
+  m.opt = opt;
+  m.forward = [&](const Tensor& x) { return net->forward(x); };
+  m.before_forward = [&](bool sync) {
+    fsdp->set_require_backward_grad_sync(sync);
+    fsdp->prepare_forward();
+  };
+  m.finish = [&] { fsdp->finish(); };
+  m.clip = [&](double max_norm) { opt->clip_grad_norm(max_norm); };
+  if (after_step) m.after_step = [&](int step) { after_step(*fsdp, step); };
   ZeroRun run;
-  for (int step = 0; step < s.steps; ++step) {
-    double loss_sum = 0;
-    for (int m = 0; m < s.accum; ++m) {
-      auto [x, y] = batch_rows(rows, step, (int64_t(m) * world + pg.rank()) * s.batch, s.batch, total);
-      x = x.to(f.device);
-      y = y.to(f.device);
-      fsdp->set_require_backward_grad_sync(m + 1 == s.accum);
-      fsdp->prepare_forward();
-      Tensor loss;
-      {
-        AutocastGuard autocast(s.amp == DType::f32 ? DType::bf16 : s.amp, s.amp != DType::f32);
-        loss = mse_loss(net->forward(x), y).to(DType::f32);
-      }
-      (loss * (1.0 / s.accum)).backward();
-      loss_sum += loss.item();
-    }
-    fsdp->finish();
-    if (s.clip > 0) opt->clip_grad_norm(s.clip);
-    opt->step();
-    opt->zero_grad();
-    if (after_step) after_step(*fsdp, step);
-    run.losses.push_back(loss_sum);
-  }
+  run.losses = train_steps(pg, s, f.device, m);
   run.weights = fsdp_parameters(*fsdp);
   return run;
 }

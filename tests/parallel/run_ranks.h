@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -48,6 +49,15 @@ inline void run_ranks(int n, const std::function<void(dist::ProcessGroup&)>& fn,
       FAIL_CHECK("rank ", r, " of ", n, " hung: killed after ", options.guard.count(), " s");
     else
       CHECK_MESSAGE(exits[r].ok(), "rank ", r, " of ", n, " ", exits[r].describe());
+  }
+}
+
+// run_ranks(n, fn) for each world size n in `worlds` (fresh ranks each time).
+inline void run_worlds(std::initializer_list<int> worlds, const std::function<void(dist::ProcessGroup&)>& fn,
+                       RunRanksOptions options = {}) {
+  for (int n : worlds) {
+    CAPTURE(n);
+    run_ranks(n, fn, options);
   }
 }
 

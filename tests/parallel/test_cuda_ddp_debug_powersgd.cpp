@@ -4,42 +4,23 @@
 // rank reproduces the average the CPU computes here. Needs a GPU: exits 77 (skipped) without one.
 #include "parallel/cuda_ranks.h"
 #include "parallel/ddp_fixtures.h"
-#include "parallel/temp_dir.h"
 
-#include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/parallel/checked_process_group.h>
-#include <kiln/parallel/file_store.h>
-#include <kiln/parallel/nccl_process_group.h>
 #include <kiln/parallel/powersgd_hook.h>
 
 using namespace kiln;
 using kiln::test::expect;
 using kiln::test::expect_values;
 
-namespace {
-
-double contribution(int r, int64_t i) { return double((r * 5 + i * 3) % 7) - 3.0 + 0.25 * r; }
-
-}  // namespace
-
 TEST_CASE("NCCL: DETAIL checks on the GPU, and full-rank PowerSGD on CUDA buckets equals the average") {
-  const int world = test::gpu_ranks_or_skip();
-  test::TempDir dir("kiln_nccl_detail");
-  const std::string path = dir.path;
-  test::run_ranks(world, [&](dist::ProcessGroup& gloo) {
-    const int r = gloo.rank();
-    auto store = dist::make_file_store(path, world);
-    auto nccl = dist::make_nccl_process_group(store, r, world, dist::NcclOptions().device(r).blocking_wait(true));
+  test::run_nccl_ranks("kiln_nccl_detail", [](dist::ProcessGroup& gloo, std::shared_ptr<dist::ProcessGroup> nccl) {
+    const int r = gloo.rank(), world = gloo.size();
     auto checked = std::make_shared<dist::CheckedProcessGroup>(nccl);
     const Device dev = Device::cuda(r);
 
     // A bucket of a (6, 4) matrix and a (3) vector: 27 elements, this rank's contributions.
     const int64_t n = 27;
-    std::vector<double> in(static_cast<size_t>(n)), mean(static_cast<size_t>(n), 0.0);
-    for (int64_t i = 0; i < n; ++i) {
-      in[size_t(i)] = contribution(r, i);
-      for (int q = 0; q < world; ++q) mean[size_t(i)] += contribution(q, i) / world;
-    }
+    const std::vector<double> in = test::nccl_contributions(r, n), mean = test::nccl_average(world, n);
     Tensor t = from_vector(in, {n}).to(dev);
     ops::mul_(t, 1.0 / world);
     checked->allreduce(t)->wait();

@@ -4,23 +4,13 @@
 // exits 77 (skipped) without one.
 #include "parallel/cuda_ranks.h"
 #include "parallel/fsdp_fixtures.h"
-#include "parallel/temp_dir.h"
-
-#include <kiln/core/cuda/runtime/runtime.h>
-#include <kiln/parallel/file_store.h>
-#include <kiln/parallel/nccl_process_group.h>
 
 using namespace kiln;
 using namespace kiln::test;
 
 TEST_CASE("FSDP over NCCL on CUDA equals DDP on the CPU (f32, bf16, activation checkpointing)") {
-  const int world = test::gpu_ranks_or_skip();
-  TempDir dir("kiln_cuda_fsdp");
-  const std::string path = dir.path;
-  run_ranks(world, [&](dist::ProcessGroup& gloo) {
+  run_nccl_ranks("kiln_cuda_fsdp", [](dist::ProcessGroup& gloo, std::shared_ptr<dist::ProcessGroup> nccl) {
     const int r = gloo.rank();
-    auto store = dist::make_file_store(path, world);
-    auto nccl = dist::make_nccl_process_group(store, r, world, dist::NcclOptions().device(r).blocking_wait(true));
     for (DType amp : {DType::f32, DType::bf16}) {
       for (bool recompute : {false, true}) {
         ZeroSpec spec;

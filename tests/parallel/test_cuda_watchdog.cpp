@@ -4,11 +4,8 @@
 // number and this rank, a non-blocking wait's failure surfaces at the next collective, the flight
 // recorder's dump parses, and destruction is prompt (Note [Destroying a NCCL group]). Needs a
 // GPU: exits 77 (skipped) without one.
-#include "parallel/temp_dir.h"
 #include "parallel/watchdog_fixtures.h"
 #include "test_util.h"
-
-#include <sys/stat.h>
 
 #include <filesystem>
 
@@ -18,27 +15,33 @@
 
 using namespace kiln;
 using nlohmann::json;
-using test::ScopedEnv;
+using test::contains;
+using test::failure_of;
+using test::FaultScope;
 using test::seconds_since;
 using test::SteadyClock;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
-
-void require_gpu() {
-  if (!cuda::is_available()) {
-    std::printf("SKIPPED: no usable CUDA device\n");
-    std::exit(77);
-  }
-}
-
-std::shared_ptr<dist::ProcessGroup> one_rank_group(const std::string& dir, bool blocking, dist::Millis timeout) {
-  const std::string store = dir + "/store";
-  ::mkdir(store.c_str(), 0755);
-  return dist::make_nccl_process_group(dist::make_file_store(store, 1), 0, 1,
+std::shared_ptr<dist::ProcessGroup> one_rank_group(const FaultScope& scope, bool blocking, dist::Millis timeout) {
+  return dist::make_nccl_process_group(dist::make_file_store(scope.store_dir(), 1), 0, 1,
                                        dist::NcclOptions().device(0).timeout(timeout).blocking_wait(blocking));
 }
+
+// A one-rank NCCL group whose stream KILN_FAULT_INJECT holds before collective 2, after collectives
+// 0 and 1 ran on t (`numel` elements of `value` on GPU 0, which a sum over one rank leaves alone).
+struct HeldGroup {
+  HeldGroup(const std::string& name, bool blocking, dist::Millis timeout, int64_t numel, double value)
+      : scope(name, "stall:rank=0:seq=2"),
+        pg(one_rank_group(scope, blocking, timeout)),
+        t(full({numel}, value, TensorOptions(DType::f32).device(Device::cuda(0)))) {
+    pg->allreduce(t)->wait();
+    pg->allreduce(t)->wait();
+  }
+  FaultScope scope;
+  std::shared_ptr<dist::ProcessGroup> pg;
+  Tensor t;
+};
 
 void check_nccl_dump(const std::string& message, const std::string& dir) {
   const std::string path = test::dump_path_in(message);
@@ -58,36 +61,15 @@ void check_nccl_dump(const std::string& message, const std::string& dir) {
 }  // namespace
 
 TEST_CASE("NCCL, one rank, stream held at collective 2: a blocking wait throws at the deadline") {
-  require_gpu();
-  test::TempDir dir("kiln_nccl_wd");
-  ScopedEnv fr("KILN_FLIGHT_RECORDER_DIR", dir.path);
-  ScopedEnv fault("KILN_FAULT_INJECT", "stall:rank=0:seq=2");
-  auto pg = one_rank_group(dir.path, /*blocking=*/true, std::chrono::milliseconds(2000));
-  Tensor t = full({1024}, 2.0, TensorOptions(DType::f32).device(Device::cuda(0)));
-  pg->allreduce(t)->wait();
-  pg->allreduce(t)->wait();
+  test::require_cuda();
+  HeldGroup held("kiln_nccl_wd", /*blocking=*/true, std::chrono::milliseconds(2000), 1024, 2.0);
+  auto& [scope, pg, t] = held;
   CHECK(test::values(t.to(Device::cpu())) == std::vector<double>(1024, 2.0));
-  const auto t0 = SteadyClock::now();
-  std::string message;
-  try {
-    pg->allreduce(t)->wait();
-  } catch (const DistributedError& e) {
-    message = e.what();
-  }
-  const double took = seconds_since(t0);
-  INFO(message);
-  CHECK(contains(message, "nccl allreduce (sequence number 2) failed on rank 0 of 1"));
-  CHECK(contains(message, "timed out after 2000 ms"));
-  CHECK(contains(message, "not reached by rank 0 (this rank, last started sequence number 1)"));
-  CHECK(took >= 1.8);
-  CHECK(took < 2.0 + 3.0);
-  check_nccl_dump(message, dir.path);
-  std::string later;
-  try {
-    pg->allreduce(t)->wait();
-  } catch (const DistributedError& e) {
-    later = e.what();
-  }
+  const test::Failure failed = failure_of([&] { pg->allreduce(t)->wait(); });
+  test::check_one_rank_timeout(failed, "nccl allreduce", 2000, 1.8, 2.0 + 3.0);
+  INFO(failed.message);
+  check_nccl_dump(failed.message, scope.dir.path);
+  const std::string later = failure_of([&] { pg->allreduce(t)->wait(); }).message;
   CHECK(contains(later, "broken by an earlier failure"));
   CHECK(contains(later, "sequence number 2"));
   const auto t1 = SteadyClock::now();
@@ -96,30 +78,20 @@ TEST_CASE("NCCL, one rank, stream held at collective 2: a blocking wait throws a
 }
 
 TEST_CASE("NCCL, one rank, stream held with non-blocking waits: the watchdog still aborts, the next call throws") {
-  require_gpu();
-  test::TempDir dir("kiln_nccl_wd_nb");
-  ScopedEnv fr("KILN_FLIGHT_RECORDER_DIR", dir.path);
-  ScopedEnv fault("KILN_FAULT_INJECT", "stall:rank=0:seq=2");
-  auto pg = one_rank_group(dir.path, /*blocking=*/false, std::chrono::milliseconds(1500));
-  Tensor t = full({64}, 1.0, TensorOptions(DType::f32).device(Device::cuda(0)));
-  pg->allreduce(t)->wait();
-  pg->allreduce(t)->wait();
-  auto held = pg->allreduce(t);
-  held->wait();  // returns at once: only the caller's stream waits
-  CHECK_FALSE(held->is_completed());
+  test::require_cuda();
+  HeldGroup held("kiln_nccl_wd_nb", /*blocking=*/false, std::chrono::milliseconds(1500), 64, 1.0);
+  auto& [scope, pg, t] = held;
+  auto work = pg->allreduce(t);
+  work->wait();  // returns at once: only the caller's stream waits
+  CHECK_FALSE(work->is_completed());
   // Nobody waits on the host, yet the watchdog aborts at the deadline and reports.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500 + 2500));
-  CHECK_FALSE(held->is_completed());
-  std::string message;
-  try {
-    pg->allreduce(t);
-  } catch (const DistributedError& e) {
-    message = e.what();
-  }
+  CHECK_FALSE(work->is_completed());
+  const std::string message = failure_of([&] { pg->allreduce(t); }).message;
   INFO(message);
   CHECK(contains(message, "nccl allreduce (sequence number 2) failed on rank 0 of 1"));
   CHECK(contains(message, "timed out after 1500 ms"));
-  check_nccl_dump(message, dir.path);
+  check_nccl_dump(message, scope.dir.path);
   cuda::synchronize();  // the held stream was released and the aborted kernels quit: no hang
   const auto t1 = SteadyClock::now();
   pg.reset();
@@ -127,10 +99,9 @@ TEST_CASE("NCCL, one rank, stream held with non-blocking waits: the watchdog sti
 }
 
 TEST_CASE("NCCL, one rank, healthy: destruction finalizes promptly and nothing is dumped") {
-  require_gpu();
-  test::TempDir dir("kiln_nccl_wd_ok");
-  ScopedEnv fr("KILN_FLIGHT_RECORDER_DIR", dir.path);
-  auto pg = one_rank_group(dir.path, /*blocking=*/false, std::chrono::seconds(60));
+  test::require_cuda();
+  FaultScope scope("kiln_nccl_wd_ok");
+  auto pg = one_rank_group(scope, /*blocking=*/false, std::chrono::seconds(60));
   Tensor t = full({4096}, 3.0, TensorOptions(DType::f32).device(Device::cuda(0)));
   for (int k = 0; k < 20; ++k) pg->allreduce(t)->wait();
   pg->barrier()->wait();
@@ -139,7 +110,7 @@ TEST_CASE("NCCL, one rank, healthy: destruction finalizes promptly and nothing i
   pg.reset();
   CHECK(seconds_since(t1) < 5.0);
   int dumps = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path))
+  for (const auto& e : std::filesystem::directory_iterator(scope.dir.path))
     dumps += e.path().filename().string().rfind("kiln_flight_recorder", 0) == 0;
   CHECK(dumps == 0);
 }

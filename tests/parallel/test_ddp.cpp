@@ -165,11 +165,10 @@ TEST_CASE("buckets are rebuilt in gradient arrival order after iteration 1, unle
 
 TEST_CASE("bf16 and fp16 compress hooks: gradients close to the uncompressed ones, but not identical") {
   run_ranks(2, [&](ProcessGroup& pg) {
-    auto shared = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
     test::TrainSpec s;
     auto grads_with = [&](CommHook hook) {
-      auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
-      DistributedDataParallel ddp(net, shared, test::small_buckets());
+      test::DdpNet rank(pg, s, test::small_buckets());
+      auto& [net, ddp] = rank;
       if (hook) ddp.register_comm_hook(hook);
       auto [x, y] = test::batch_rows(s, 0, pg.rank() * s.batch, s.batch, 2 * s.batch);
       mse_loss(ddp.forward<test::Net>(x), y).backward();

@@ -9,14 +9,9 @@
 
 using namespace kiln;
 using namespace kiln::dist;
-using kiln::test::error_of;
-using kiln::test::expect;
-using kiln::test::expect_contains;
-using kiln::test::run_ranks;
+using namespace kiln::test;
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return {&pg, [](ProcessGroup*) {}}; }
 
 struct BnNet : nn::Module {
   BnNet() {

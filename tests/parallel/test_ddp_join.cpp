@@ -10,12 +10,9 @@
 
 using namespace kiln;
 using namespace kiln::dist;
-using kiln::test::expect;
-using kiln::test::run_ranks;
+using namespace kiln::test;
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return {&pg, [](ProcessGroup*) {}}; }
 
 struct JoinSpec {
   test::TrainSpec train;
@@ -61,9 +58,8 @@ std::vector<double> reference(const JoinSpec& j, std::vector<double>* losses = n
 }
 
 std::vector<double> train_joined(ProcessGroup& pg, const JoinSpec& j, DDPOptions options) {
-  auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), j.train.net);
-  net->to(j.train.dtype);
-  DistributedDataParallel ddp(net, borrow(pg), options);
+  DdpNet rank(pg, j.train, options);
+  auto& [net, ddp] = rank;
   optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
   int steps = 0;
   ddp.join(

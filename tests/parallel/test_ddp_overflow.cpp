@@ -29,7 +29,7 @@ double rank_gradient(int rank, int world) { return 30000.0 + 20000.0 * rank / (w
 
 std::vector<double> reduced_gradient(ProcessGroup& pg, DType dtype, CommHook hook) {
   auto net = std::make_shared<Scaled>(dtype);
-  DistributedDataParallel ddp(net, std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}));
+  DistributedDataParallel ddp(net, test::borrow(pg));
   if (hook) ddp.register_comm_hook(hook);
   Tensor c = full({4}, rank_gradient(pg.rank(), pg.size()), dtype);
   ddp.forward<Scaled>(c).backward();

@@ -8,14 +8,9 @@
 
 using namespace kiln;
 using namespace kiln::dist;
-using kiln::test::error_of;
-using kiln::test::expect;
-using kiln::test::expect_contains;
-using kiln::test::run_ranks;
+using namespace kiln::test;
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return {&pg, [](ProcessGroup*) {}}; }
 
 // fc3(relu(fc2(checkpoint(relu(fc2(relu(fc1(x)))))))): fc2's accumulator runs twice per backward.
 Tensor twice_forward(test::Net& net, const Tensor& x) {
@@ -46,9 +41,8 @@ TEST_CASE("static_graph: a parameter used twice per backward and an unused one, 
   for (bool views : {false, true}) {
     CAPTURE(views);
     run_ranks(2, [&](ProcessGroup& pg) {
-      auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
-      DistributedDataParallel ddp(net, borrow(pg),
-                                  test::small_buckets().static_graph(true).gradient_as_bucket_view(views));
+      DdpNet rank(pg, s, small_buckets().static_graph(true).gradient_as_bucket_view(views));
+      auto& [net, ddp] = rank;
       optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
       for (int step = 0; step < s.steps; ++step) {
         opt.zero_grad(/*set_to_none=*/false);
@@ -73,8 +67,8 @@ TEST_CASE("static_graph: a parameter used twice per backward and an unused one, 
 TEST_CASE("without static_graph, a parameter used twice per backward fails naming it") {
   run_ranks(2, [&](ProcessGroup& pg) {
     test::TrainSpec s;
-    auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
-    DistributedDataParallel ddp(net, borrow(pg), test::small_buckets());
+    DdpNet rank(pg, s, small_buckets());
+    auto& [net, ddp] = rank;
     auto [x, y] = test::batch_rows(s, 0, pg.rank() * s.batch, s.batch, 2 * s.batch);
     ddp.prepare_forward();
     Tensor out = twice_forward(*net, x);

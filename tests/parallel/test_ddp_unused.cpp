@@ -13,23 +13,28 @@
 
 using namespace kiln;
 using namespace kiln::dist;
-using kiln::test::error_of;
-using kiln::test::expect;
-using kiln::test::expect_contains;
-using kiln::test::run_ranks;
+using namespace kiln::test;
 
 namespace {
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return {&pg, [](ProcessGroup*) {}}; }
+
+// 'spare' (never used by forward) registered last: bucket 0 (reduced first) holds it.
+TrainSpec with_spare() {
+  TrainSpec s;
+  s.net.unused = true;
+  return s;
+}
+
+DDPOptions find_unused() { return small_buckets().find_unused_parameters(true); }
+
 }  // namespace
 
 TEST_CASE("find_unused_parameters: the walk after forward launches the unused bucket during backward") {
   for (bool walk : {true, false}) {
     CAPTURE(walk);
     run_ranks(2, [&](ProcessGroup& pg) {
-      test::TrainSpec s;
-      s.net.unused = true;  // 'spare', registered last: bucket 0 (reduced first) holds it
-      auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
-      DistributedDataParallel ddp(net, borrow(pg), test::small_buckets().find_unused_parameters(true));
+      const TrainSpec s = with_spare();
+      DdpNet rank(pg, s, find_unused());
+      auto& [net, ddp] = rank;
       REQUIRE(ddp.reducer().bucket_of(7) == 0);  // spare.bias (7): reduced first
       // fc2.weight's gradient arrives mid-backward (after fc3's, before fc1's); this hook runs after DDP's.
       int64_t launched_mid_backward = -1;
@@ -77,7 +82,7 @@ TEST_CASE("find_unused_parameters with nothing unused: no host read of the used 
     run_ranks(2, [&](ProcessGroup& pg) {
       test::TrainSpec s;
       s.accum = 2;  // no_sync micro-steps walk too
-      auto opts = test::small_buckets().find_unused_parameters(true).gradient_as_bucket_view(views);
+      auto opts = find_unused().gradient_as_bucket_view(views);
       auto got = test::train_ddp(pg, s, opts, [&](DistributedDataParallel& ddp, int) {
         expect(ddp.reducer().used_counter_reads() == 0, "used counters never read");
       });
@@ -88,10 +93,9 @@ TEST_CASE("find_unused_parameters with nothing unused: no host read of the used 
 
 TEST_CASE("find_unused_parameters with a re-entrant checkpoint region: unused ones found at finish, as one process") {
   run_ranks(2, [&](ProcessGroup& pg) {
-    test::TrainSpec s;
-    s.net.unused = true;
-    auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
-    DistributedDataParallel ddp(net, borrow(pg), test::small_buckets().find_unused_parameters(true));
+    const TrainSpec s = with_spare();
+    DdpNet rank(pg, s, find_unused());
+    auto& [net, ddp] = rank;
     optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
     for (int step = 0; step < s.steps; ++step) {
       opt.zero_grad();
@@ -112,10 +116,9 @@ TEST_CASE("find_unused_parameters with a re-entrant checkpoint region: unused on
 
 TEST_CASE("find_unused_parameters: a parameter the walk did not see that gets a gradient fails clearly") {
   run_ranks(2, [&](ProcessGroup& pg) {
-    test::TrainSpec s;
-    s.net.unused = true;
-    auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
-    DistributedDataParallel ddp(net, borrow(pg), test::small_buckets().find_unused_parameters(true));
+    const TrainSpec s = with_spare();
+    DdpNet rank(pg, s, find_unused());
+    auto& [net, ddp] = rank;
     auto [x, y] = test::batch_rows(s, 0, pg.rank() * s.batch, s.batch, 2 * s.batch);
     Tensor out = ddp.forward<test::Net>(x);  // walks from out only: spare unreachable
     Tensor side = net->spare->forward(relu(net->fc1->forward(x)));  // ... but used here, into the same loss

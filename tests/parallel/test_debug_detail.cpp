@@ -11,14 +11,7 @@
 
 using namespace kiln;
 using namespace kiln::dist;
-using kiln::test::error_of;
-using kiln::test::expect;
-using kiln::test::expect_contains;
-using kiln::test::run_ranks;
-
-namespace {
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return {&pg, [](ProcessGroup*) {}}; }
-}  // namespace
+using namespace kiln::test;
 
 TEST_CASE("DETAIL: matching collectives give the same results as the unchecked group") {
   run_ranks(2, [](ProcessGroup& pg) {

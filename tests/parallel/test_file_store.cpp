@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "test_util.h"
+#include "parallel/fork_ranks.h"
 #include "parallel/temp_dir.h"
 
 #include <kiln/parallel/file_store.h>
@@ -82,28 +83,12 @@ TEST_CASE("add is atomic across processes") {
   test::TempDir tmp("kiln_file_store");
   const std::string& dir = tmp.path;
   const int procs = 4, adds = 200;
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int p = 0; p < procs; ++p) {
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      int code = 0;
-      try {
-        auto s = dist::make_file_store(dir, procs + 1);
-        for (int k = 0; k < adds; ++k) s->add("n", 1);
-      } catch (...) {
-        code = 1;
-      }
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
-  }
+  const std::vector<int> codes = test::fork_ranks(procs, [&](int) {
+    auto s = dist::make_file_store(dir, procs + 1);
+    for (int k = 0; k < adds; ++k) s->add("n", 1);
+    return 0;
+  });
+  for (int code : codes) CHECK(code == 0);
   auto s = dist::make_file_store(dir, procs + 1);
   CHECK(s->get_string("n") == std::to_string(procs * adds));
   s.reset();

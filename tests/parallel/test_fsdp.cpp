@@ -17,26 +17,12 @@ using Events = std::vector<dist::FullyShardedDataParallel::Event>;
 
 namespace {
 
-void compare(const ZeroRun& got, const ZeroRun& want, bool bitwise, const std::string& what) {
-  double scale = 0;
-  for (double w : want.weights) scale = std::max(scale, std::fabs(w));
-  expect_rel(got.losses, want.losses, 1e-6, 0.0, what + " losses");
-  expect_rel(got.weights, want.weights, 1e-6, scale, what + " weights");
-  if (bitwise) {
-    expect(got.losses == want.losses, what + ": losses are not bitwise DDP's");
-    expect(got.weights == want.weights, what + ": weights are not bitwise DDP's");
-  }
-  const std::vector<double> initial = flat_parameters(Net(seed_for_rank(0), ZeroSpec{}.net));
-  for (size_t i = 0; i < initial.size(); ++i)
-    expect(got.weights[i] != initial[i], what + ": weight " + std::to_string(i) + " never changed");
-}
-
 void check_fsdp(dist::ProcessGroup& pg, const ZeroSpec& spec, const FsdpSpec& f) {
   const ZeroRun ddp = train_mode(pg, Mode::ddp, spec);
   const std::string at = " at world " + std::to_string(pg.size()) + " rank " + std::to_string(pg.rank()) +
                          (spec.amp == DType::bf16 ? " bf16" : " f32") + (spec.clip > 0 ? " clip" : "") +
                          (f.recompute ? " recompute" : "") + (f.wrap.empty() ? " root only" : "");
-  compare(train_fsdp(pg, spec, f), ddp, spec.clip == 0 && pg.size() <= 2, "fsdp" + at);
+  compare_with_ddp(train_fsdp(pg, spec, f), ddp, spec.clip == 0 && pg.size() <= 2, "fsdp" + at);
 }
 
 size_t index_of(const Events& ev, Kind kind, size_t unit, size_t from = 0) {
@@ -65,67 +51,45 @@ size_t max_gathered(const Events& ev) {
 }  // namespace
 
 TEST_CASE("FSDP equals DDP: f32, accumulation 2, world 1 to 4") {
-  for (int n : {1, 2, 3, 4}) {
-    CAPTURE(n);
-    run_ranks(n, [](dist::ProcessGroup& pg) { check_fsdp(pg, ZeroSpec{}, FsdpSpec{}); });
-  }
+  run_worlds({1, 2, 3, 4}, [](dist::ProcessGroup& pg) { check_fsdp(pg, ZeroSpec{}, FsdpSpec{}); });
 }
 
 TEST_CASE("FSDP equals DDP: bf16 autocast, world 1 to 4") {
-  for (int n : {1, 2, 3, 4}) {
-    CAPTURE(n);
-    run_ranks(n, [](dist::ProcessGroup& pg) {
-      ZeroSpec spec;
-      spec.amp = DType::bf16;
-      check_fsdp(pg, spec, FsdpSpec{});
-    });
-  }
+  run_worlds({1, 2, 3, 4}, [](dist::ProcessGroup& pg) { check_fsdp(pg, ZeroSpec{.amp = DType::bf16}, FsdpSpec{}); });
 }
 
 TEST_CASE("FSDP clips by the global norm across shards, and the root-only wrap equals DDP") {
-  for (int n : {1, 3}) {
-    CAPTURE(n);
-    run_ranks(n, [](dist::ProcessGroup& pg) {
-      ZeroSpec spec;
-      spec.clip = 0.05;  // clips every step
-      check_fsdp(pg, spec, FsdpSpec{});
-      FsdpSpec root_only;
-      root_only.wrap = {};
-      check_fsdp(pg, ZeroSpec{}, root_only);
-    });
-  }
+  run_worlds({1, 3}, [](dist::ProcessGroup& pg) {
+    check_fsdp(pg, ZeroSpec{.clip = 0.05}, FsdpSpec{});  // clips every step
+    check_fsdp(pg, ZeroSpec{}, FsdpSpec{.wrap = {}});
+  });
 }
 
 TEST_CASE("FSDP with activation checkpointing equals DDP and re-gathers each unit in the recompute") {
-  for (int n : {2, 3}) {
-    CAPTURE(n);
-    run_ranks(n, [](dist::ProcessGroup& pg) {
-      FsdpSpec f;
-      f.recompute = true;
-      ZeroSpec spec;
-      spec.amp = DType::bf16;
-      check_fsdp(pg, spec, f);
-      spec.steps = 2;
-      spec.accum = 1;
-      train_fsdp(pg, spec, f, [&](dist::FullyShardedDataParallel& fsdp, int step) {
-        const Events& ev = fsdp.events();
-        expect(fsdp.num_units() == 3, "three units (fc1, fc2, fc3), no root parameters");
-        for (size_t u = 0; u < 3; ++u) {
-          // Forward (under checkpoint: no graph), then the recompute inside backward.
-          expect(count(ev, Kind::all_gather, u) == 2, "unit " + std::to_string(u) + " gathered twice per step");
-          expect(count(ev, Kind::forward, u) == 2, "unit " + std::to_string(u) + " ran forward twice (recompute)");
-          expect(count(ev, Kind::backward, u) == 1, "unit " + std::to_string(u) + " ran backward once");
-          expect(count(ev, Kind::reduce_scatter, u) == 1, "one reduce-scatter per unit");
-          // The recompute's forward comes after the first release and before the unit's backward.
-          const size_t second = index_of(ev, Kind::forward, u, index_of(ev, Kind::release, u) + 1);
-          expect(second < index_of(ev, Kind::backward, u), "the recompute gathers before the unit's backward");
-          expect(!fsdp.is_gathered(u), "unit released after the step");
-        }
-        (void)step;
-        fsdp.clear_events();
-      });
+  run_worlds({2, 3}, [](dist::ProcessGroup& pg) {
+    const FsdpSpec f{.recompute = true};
+    ZeroSpec spec{.amp = DType::bf16};
+    check_fsdp(pg, spec, f);
+    spec.steps = 2;
+    spec.accum = 1;
+    train_fsdp(pg, spec, f, [&](dist::FullyShardedDataParallel& fsdp, int step) {
+      const Events& ev = fsdp.events();
+      expect(fsdp.num_units() == 3, "three units (fc1, fc2, fc3), no root parameters");
+      for (size_t u = 0; u < 3; ++u) {
+        // Forward (under checkpoint: no graph), then the recompute inside backward.
+        expect(count(ev, Kind::all_gather, u) == 2, "unit " + std::to_string(u) + " gathered twice per step");
+        expect(count(ev, Kind::forward, u) == 2, "unit " + std::to_string(u) + " ran forward twice (recompute)");
+        expect(count(ev, Kind::backward, u) == 1, "unit " + std::to_string(u) + " ran backward once");
+        expect(count(ev, Kind::reduce_scatter, u) == 1, "one reduce-scatter per unit");
+        // The recompute's forward comes after the first release and before the unit's backward.
+        const size_t second = index_of(ev, Kind::forward, u, index_of(ev, Kind::release, u) + 1);
+        expect(second < index_of(ev, Kind::backward, u), "the recompute gathers before the unit's backward");
+        expect(!fsdp.is_gathered(u), "unit released after the step");
+      }
+      (void)step;
+      fsdp.clear_events();
     });
-  }
+  });
 }
 
 TEST_CASE("FSDP prefetches the next unit's all-gather while the current one computes") {
@@ -168,7 +132,7 @@ TEST_CASE("FSDP prefetches the next unit's all-gather while the current one comp
 
 TEST_CASE("FSDP no_sync keeps unsharded gradients until the synced micro-step; parameters stay released") {
   run_ranks(3, [](dist::ProcessGroup& pg) {
-    auto group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+    auto group = test::borrow(pg);
     auto net = std::make_shared<FsdpNet>(seed_for_rank(0), NetSpec{5, 6, 3});
     optim::AdamW like(net->parameters(), optim::AdamWOptions());
     auto fsdp = dist::FullyShardedDataParallel::create(net, like, group, dist::FSDPOptions().wrap({"Linear"}));
@@ -209,7 +173,7 @@ TEST_CASE("FSDP no_sync keeps unsharded gradients until the synced micro-step; p
 
 TEST_CASE("FSDP names a unit whose backward did not finish") {
   run_ranks(2, [](dist::ProcessGroup& pg) {
-    auto group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+    auto group = test::borrow(pg);
     auto net = std::make_shared<FsdpNet>(seed_for_rank(0), NetSpec{5, 6, 3, false, true});  // 'spare' never used
     optim::AdamW like(net->parameters(), optim::AdamWOptions());
     auto fsdp = dist::FullyShardedDataParallel::create(net, like, group, dist::FSDPOptions().wrap({"Linear"}));

@@ -2,6 +2,7 @@
 // refused with a clear error, and the server's limits on connections, value size and total bytes,
 // each refused while the other clients are served on; a flood of connections does not stop a
 // working client.
+#include "caught.h"
 #include "test_util.h"
 
 #include <arpa/inet.h>
@@ -68,15 +69,6 @@ int raw_connect(uint16_t port) {
   return fd;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("a store bound to every interface answers on loopback, on another address and on IPv6") {
@@ -100,7 +92,7 @@ TEST_CASE("an IPv6 store: server and clients on ::1, brackets allowed") {
   client->set("x", "6");
   CHECK(server->add("x", 1) == 7);
   // Bound to ::1 only: IPv4 loopback finds nothing.
-  CHECK(error_of([&] { make_tcp_store(opts(port, false).timeout(300ms)); }).find("could not connect") !=
+  CHECK(test::caught<Error>([&] { make_tcp_store(opts(port, false).timeout(300ms)); }).find("could not connect") !=
         std::string::npos);
 }
 
@@ -109,11 +101,11 @@ TEST_CASE("a wrong or missing token is refused with a clear error; the right one
   auto server = make_tcp_store(opts(port, true).token("s3cret"));
   auto good = make_tcp_store(opts(port, false).token("s3cret"));
   good->set("a", "1");
-  const std::string wrong = error_of([&] { make_tcp_store(opts(port, false).token("guess")); });
+  const std::string wrong = test::caught<Error>([&] { make_tcp_store(opts(port, false).token("guess")); });
   CHECK(wrong.find("wrong store token") != std::string::npos);
   CHECK(wrong.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
   ::unsetenv("KILN_STORE_TOKEN");
-  const std::string none = error_of([&] { make_tcp_store(opts(port, false)); });
+  const std::string none = test::caught<Error>([&] { make_tcp_store(opts(port, false)); });
   CHECK(none.find("needs a token") != std::string::npos);
   // The token also comes from KILN_STORE_TOKEN.
   ::setenv("KILN_STORE_TOKEN", "s3cret", 1);
@@ -142,7 +134,7 @@ TEST_CASE("over the connection limit a client is refused naming the limit; a fre
   auto server = make_tcp_store(opts(port, true).max_connections(3));  // its own client is one
   auto c1 = make_tcp_store(opts(port, false));
   auto c2 = make_tcp_store(opts(port, false));
-  const std::string full = error_of([&] { make_tcp_store(opts(port, false)); });
+  const std::string full = test::caught<Error>([&] { make_tcp_store(opts(port, false)); });
   CHECK(full.find("too many connections") != std::string::npos);
   CHECK(full.find("at most 3") != std::string::npos);
   c2.reset();
@@ -163,13 +155,13 @@ TEST_CASE("a value over the server's limit and a full store fail that request on
   const auto port = uint16_t(pick_free_port());
   auto server = make_tcp_store(opts(port, true).max_value_bytes(100).max_total_bytes(1000));
   auto client = make_tcp_store(opts(port, false));
-  const std::string big = error_of([&] { client->set("big", std::string(101, 'x')); });
+  const std::string big = test::caught<Error>([&] { client->set("big", std::string(101, 'x')); });
   CHECK(big.find("exceeds the server's limit of 100 bytes") != std::string::npos);
   CHECK_FALSE(client->check("big"));
   int stored = 0;
   std::string full;
   for (int i = 0; i < 20 && full.empty(); ++i) {
-    full = error_of([&] { client->set("k" + std::to_string(i), std::string(98, 'v')); });
+    full = test::caught<Error>([&] { client->set("k" + std::to_string(i), std::string(98, 'v')); });
     stored += full.empty();
   }
   CHECK(stored == 10);  // 10 x (2 + 98) bytes

@@ -8,12 +8,9 @@
 
 using namespace kiln;
 using namespace kiln::dist;
-using kiln::test::expect;
-using kiln::test::run_ranks;
+using namespace kiln::test;
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return {&pg, [](ProcessGroup*) {}}; }
 
 constexpr int64_t kC = 3;
 

@@ -16,12 +16,7 @@
 
 using namespace kiln;
 using namespace kiln::dist;
-using kiln::test::batch_rows;
-using kiln::test::flat_parameters;
-using kiln::test::Net;
-using kiln::test::run_ranks;
-using kiln::test::TempDir;
-using kiln::test::TrainSpec;
+using namespace kiln::test;
 
 namespace {
 
@@ -349,7 +344,7 @@ TEST_CASE("Trainer, 2 ranks: batch b each equals one process with batch 2b accum
   run_ranks(2, [](ProcessGroup& pg) {
     TrainSpec s;
     const int64_t b = 3;
-    auto group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+    auto group = test::borrow(pg);
     auto net = make_net(s, test::seed_for_rank(pg.rank()));  // DDP broadcasts rank 0's weights
     Trainer t(net, adamw(*net), group, TrainerOptions().log_every(1).ddp(test::small_buckets()));
     test::expect(t.ddp() != nullptr && t.is_main() == (pg.rank() == 0), "a DDP trainer on 2 ranks");
@@ -370,7 +365,7 @@ TEST_CASE("Trainer, 2 ranks: batch b each equals one process with batch 2b accum
 TEST_CASE("Trainer, 2 ranks: an f16 overflow on rank 1 only makes both ranks skip the step") {
   run_ranks(2, [](ProcessGroup& pg) {
     TrainSpec s;
-    auto group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+    auto group = test::borrow(pg);
     auto net = make_net(s, test::seed_for_rank(pg.rank()));
     Trainer t(net, adamw(*net), group, TrainerOptions().amp(DType::f16));
     const double inf = std::numeric_limits<double>::infinity();

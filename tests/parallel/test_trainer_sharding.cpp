@@ -33,7 +33,7 @@ struct Run {
 
 // Trains `r` on this rank and returns the logged losses (averaged over ranks and micro-steps).
 std::vector<double> train(ProcessGroup& pg, const Run& r, std::vector<double>* weights = nullptr) {
-  auto group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+  auto group = test::borrow(pg);
   auto net = std::make_shared<FsdpNet>(seed_for_rank(pg.rank()), NetSpec{5, 6, 3});
   std::vector<Tensor> decay, no_decay;
   for (const auto& [name, p] : net->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
@@ -82,6 +82,39 @@ void expect_same_losses(const std::vector<double>& got, const std::vector<double
   expect_rel(got, want, 1e-6, 0.0, what);
 }
 
+// Trains steps [0, last) of `sharding` on `world` ranks and writes the checkpoint `path` (a shard per
+// rank and an index when `sharded`, else one full-state file).
+void save_at(int world, Sharding sharding, int last, const std::string& path, bool sharded = true) {
+  run_ranks(world, [&](ProcessGroup& pg) {
+    Run r;
+    r.sharding = sharding;
+    r.last_step = last;
+    r.save = path;
+    r.sharded_save = sharded;
+    train(pg, r);
+  });
+}
+
+// The run resumed from `path` at step `first` under `sharding`.
+Run resumed(Sharding sharding, int first, const std::string& path) {
+  Run r;
+  r.sharding = sharding;
+  r.first_step = first;
+  r.load = path;
+  return r;
+}
+
+// Resumes `path` at step 5 under `sharding` on `world` ranks: the losses must be `tail`.
+void expect_resumes(int world, Sharding sharding, const std::string& path, const std::vector<double>& tail,
+                    const std::string& what) {
+  CAPTURE(world);
+  CAPTURE(sharding_name(sharding));
+  run_ranks(world, [&](ProcessGroup& pg) {
+    expect_same_losses(train(pg, resumed(sharding, 5, path)), tail,
+                       what + " at world " + std::to_string(pg.size()) + " " + sharding_name(sharding));
+  });
+}
+
 }  // namespace
 
 TEST_CASE("Trainer sharding none / zero1 / zero2 / full: the same losses and weights (bf16, clipping, 2 groups)") {
@@ -123,13 +156,7 @@ TEST_CASE("A sharded checkpoint written at world 3 resumes at world 2 and 1 with
     if (pg.rank() == 0) write_values(reference, losses);
   });
   // Interrupted after 5 steps: every rank writes its shard, rank 0 the index.
-  run_ranks(3, [&](ProcessGroup& pg) {
-    Run r;
-    r.sharding = Sharding::zero2;
-    r.last_step = 5;
-    r.save = ckpt;
-    train(pg, r);
-  });
+  save_at(3, Sharding::zero2, 5, ckpt);
   REQUIRE(std::filesystem::exists(ckpt));
   for (int r = 0; r < 3; ++r) REQUIRE(std::filesystem::exists(shard_path(ckpt, r, 3)));
   const std::vector<double> want = read_values(reference);
@@ -141,81 +168,32 @@ TEST_CASE("A sharded checkpoint written at world 3 resumes at world 2 and 1 with
   };
   for (Resume res : {Resume{2, Sharding::zero1}, Resume{2, Sharding::zero2}, Resume{1, Sharding::zero2},
                      Resume{1, Sharding::none}, Resume{3, Sharding::none}, Resume{2, Sharding::full},
-                     Resume{1, Sharding::full}}) {
-    CAPTURE(res.world);
-    CAPTURE(sharding_name(res.sharding));
-    run_ranks(res.world, [&](ProcessGroup& pg) {
-      Run r;
-      r.sharding = res.sharding;
-      r.first_step = 5;
-      r.load = ckpt;
-      expect_same_losses(train(pg, r), tail, std::string("resumed at world ") + std::to_string(pg.size()) + " " +
-                                                 sharding_name(res.sharding));
-    });
-  }
+                     Resume{1, Sharding::full}})
+    expect_resumes(res.world, res.sharding, ckpt, tail, "resumed");
   // The consolidated (full-state) save of zero1 at world 3 resumes under zero2 at world 2 as well.
   const std::string full_ckpt = dir.path + "/full_step_5.safetensors";
-  run_ranks(3, [&](ProcessGroup& pg) {
-    Run r;
-    r.sharding = Sharding::zero1;
-    r.last_step = 5;
-    r.save = full_ckpt;
-    r.sharded_save = false;
-    train(pg, r);
-  });
+  save_at(3, Sharding::zero1, 5, full_ckpt, /*sharded=*/false);
   REQUIRE(!std::filesystem::exists(shard_path(full_ckpt, 0, 3)));
-  run_ranks(2, [&](ProcessGroup& pg) {
-    Run r;
-    r.sharding = Sharding::zero2;
-    r.first_step = 5;
-    r.load = full_ckpt;
-    expect_same_losses(train(pg, r), tail, "full-state checkpoint resumed under zero2 at world 2");
-  });
+  expect_resumes(2, Sharding::zero2, full_ckpt, tail, "full-state checkpoint resumed");
   // Written in full mode (FSDP) at world 3, sharded and full-state: resumed at world 2 (zero2, full)
   // and world 1 (none).
   for (bool sharded : {true, false}) {
     CAPTURE(sharded);
     const std::string fsdp_ckpt = dir.path + (sharded ? "/fsdp_sharded_step_5.safetensors" : "/fsdp_full_step_5.safetensors");
-    run_ranks(3, [&](ProcessGroup& pg) {
-      Run r;
-      r.sharding = Sharding::full;
-      r.last_step = 5;
-      r.save = fsdp_ckpt;
-      r.sharded_save = sharded;
-      train(pg, r);
-    });
+    save_at(3, Sharding::full, 5, fsdp_ckpt, sharded);
     REQUIRE(std::filesystem::exists(shard_path(fsdp_ckpt, 2, 3)) == sharded);
-    for (Resume res : {Resume{2, Sharding::zero2}, Resume{2, Sharding::full}, Resume{1, Sharding::none}}) {
-      CAPTURE(res.world);
-      CAPTURE(sharding_name(res.sharding));
-      run_ranks(res.world, [&](ProcessGroup& pg) {
-        Run r;
-        r.sharding = res.sharding;
-        r.first_step = 5;
-        r.load = fsdp_ckpt;
-        expect_same_losses(train(pg, r), tail, std::string("full-mode checkpoint resumed at world ") +
-                                                   std::to_string(pg.size()) + " " + sharding_name(res.sharding));
-      });
-    }
+    for (Resume res : {Resume{2, Sharding::zero2}, Resume{2, Sharding::full}, Resume{1, Sharding::none}})
+      expect_resumes(res.world, res.sharding, fsdp_ckpt, tail, "full-mode checkpoint resumed");
   }
 }
 
 TEST_CASE("A sharded checkpoint with a missing shard fails naming it") {
   TempDir dir("kiln_zero_missing");
   const std::string ckpt = dir.path + "/step_2.safetensors";
-  run_ranks(2, [&](ProcessGroup& pg) {
-    Run r;
-    r.sharding = Sharding::zero1;
-    r.last_step = 2;
-    r.save = ckpt;
-    train(pg, r);
-  });
+  save_at(2, Sharding::zero1, 2, ckpt);
   std::filesystem::remove(shard_path(ckpt, 1, 2));
   run_ranks(1, [&](ProcessGroup& pg) {
-    Run r;
-    r.sharding = Sharding::zero1;
-    r.first_step = 2;
-    r.load = ckpt;
+    const Run r = resumed(Sharding::zero1, 2, ckpt);
     expect_contains(error_of([&] { train(pg, r); }, "missing shard"), "shard 1 of 2 is missing", "missing shard");
   });
 }

@@ -15,7 +15,7 @@ TEST_CASE("Trainer + gradient_as_bucket_view: no gradient copies after the first
   run_ranks(2, [](ProcessGroup& pg) {
     TrainSpec s;
     const int64_t b = 3;
-    auto group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+    auto group = test::borrow(pg);
     auto train = [&](bool views, std::vector<int64_t>* copies) {
       auto net = std::make_shared<test::Net>(test::seed_for_rank(pg.rank()), s.net);
       auto opt = std::make_shared<optim::AdamW>(net->parameters(), optim::AdamWOptions(1e-2));

@@ -7,8 +7,6 @@
 #include "parallel/watchdog_fixtures.h"
 #include "test_util.h"
 
-#include <sys/stat.h>
-
 #include <filesystem>
 
 #include <kiln/parallel/fault_injection.h>
@@ -19,13 +17,14 @@
 
 using namespace kiln;
 using nlohmann::json;
+using test::contains;
+using test::failure_of;
+using test::FaultScope;
 using test::ScopedEnv;
 using test::seconds_since;
 using test::SteadyClock;
 
 namespace {
-
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
 // The finished Gloo flight-recorder dumps of `rank` in `dir` (a dump appears by rename, so a
 // listed file is complete; the writer's ".tmp<pid>" file is not one).
@@ -59,22 +58,15 @@ int allreduce_until_failure(const std::string& dir, int r, int world, dist::Mill
   Outcome out;
   Tensor t = ones({256});
   for (int k = 0; k < iterations && out.message.empty(); ++k) {
-    const auto t0 = SteadyClock::now();
-    try {
-      pg->allreduce(t)->wait();
-    } catch (const DistributedError& e) {
-      out.message = e.what();
-      out.took = seconds_since(t0);
-      out.failed_iteration = k;
-    }
+    const test::Failure f = failure_of([&] { pg->allreduce(t)->wait(); });
+    if (f.message.empty()) continue;
+    out.message = f.message;
+    out.took = f.seconds;
+    out.failed_iteration = k;
   }
-  const auto t1 = SteadyClock::now();
-  try {
-    pg->barrier()->wait();
-  } catch (const DistributedError& e) {
-    out.later = e.what();
-  }
-  out.later_took = seconds_since(t1);
+  const test::Failure later = failure_of([&] { pg->barrier()->wait(); });
+  out.later = later.message;
+  out.later_took = later.seconds;
   std::this_thread::sleep_for(linger);
   const auto t2 = SteadyClock::now();
   pg.reset();
@@ -85,6 +77,12 @@ int allreduce_until_failure(const std::string& dir, int r, int world, dist::Mill
                         {"failed_iteration", out.failed_iteration}}
                        .dump());
   return 0;
+}
+
+// Three forked ranks of allreduce_until_failure in `dir`: their exit codes.
+std::vector<int> fork_three(const std::string& dir, dist::Millis timeout, int iterations,
+                            dist::Millis linger = dist::Millis(0)) {
+  return test::fork_ranks(3, [&](int r) { return allreduce_until_failure(dir, r, 3, timeout, iterations, linger); });
 }
 
 Outcome read_outcome(const std::string& dir, int r) {
@@ -99,10 +97,14 @@ Outcome read_outcome(const std::string& dir, int r) {
   return o;
 }
 
-std::string make_store_dir(const std::string& root) {
-  std::string d = root + "/store";
-  REQUIRE(::mkdir(d.c_str(), 0755) == 0);
-  return d;
+// The outcome of rank r of fork_three, which must have exited 0 after its allreduce `seq` failed.
+Outcome failed_outcome(const std::vector<int>& codes, const std::string& dir, int r, int seq) {
+  REQUIRE(codes[size_t(r)] == 0);
+  Outcome o = read_outcome(dir, r);
+  CHECK(o.failed_iteration == seq);
+  CHECK(contains(o.message, "Gloo allreduce (sequence number " + std::to_string(seq) + ") failed on rank " +
+                                std::to_string(r) + " of 3"));
+  return o;
 }
 
 // The dump named in `message`: header fields, and `seq`'s record in state `state`.
@@ -205,47 +207,27 @@ TEST_CASE("KILN_DIST_TIMEOUT sets the collectives' deadline unless the options g
 }
 
 TEST_CASE("one Gloo rank: an injected stall fails the collective at its deadline, and later ones at once") {
-  test::TempDir dir("kiln_wd_one");
-  ScopedEnv fr("KILN_FLIGHT_RECORDER_DIR", dir.path);
-  ScopedEnv fault("KILN_FAULT_INJECT", "stall:rank=0:seq=2");
-  auto pg = dist::make_gloo_process_group(dist::make_file_store(make_store_dir(dir.path), 1), 0, 1,
+  FaultScope scope("kiln_wd_one", "stall:rank=0:seq=2");
+  auto pg = dist::make_gloo_process_group(dist::make_file_store(scope.store_dir(), 1), 0, 1,
                                           dist::GlooOptions().timeout(std::chrono::milliseconds(1000)));
   Tensor t = ones({256});
   pg->allreduce(t)->wait();
   pg->allreduce(t)->wait();
-  const auto t0 = SteadyClock::now();
-  std::string message;
-  try {
-    pg->allreduce(t)->wait();
-  } catch (const DistributedError& e) {
-    message = e.what();
-  }
-  const double took = seconds_since(t0);
-  INFO(message);
-  CHECK(contains(message, "Gloo allreduce (sequence number 2) failed on rank 0 of 1"));
-  CHECK(contains(message, "timed out after 1000 ms"));
-  CHECK(contains(message, "not reached by rank 0 (this rank, last started sequence number 1)"));
-  CHECK(took >= 0.9);
-  CHECK(took < 1.0 + 2.0);
-  check_dump(message, dir.path, 0, 1, 2, "failed");
-  std::string later;
-  const auto t1 = SteadyClock::now();
-  try {
-    pg->broadcast(t, 0)->wait();
-  } catch (const DistributedError& e) {
-    later = e.what();
-  }
-  CHECK(contains(later, "Gloo broadcast (sequence number 3) was not run: the process group failed earlier"));
-  CHECK(seconds_since(t1) < 0.5);
+  const test::Failure failed = failure_of([&] { pg->allreduce(t)->wait(); });
+  test::check_one_rank_timeout(failed, "Gloo allreduce", 1000, 0.9, 1.0 + 2.0);
+  INFO(failed.message);
+  check_dump(failed.message, scope.dir.path, 0, 1, 2, "failed");
+  const test::Failure later = failure_of([&] { pg->broadcast(t, 0)->wait(); });
+  CHECK(contains(later.message, "Gloo broadcast (sequence number 3) was not run: the process group failed earlier"));
+  CHECK(later.seconds < 0.5);
   const auto t2 = SteadyClock::now();
   pg.reset();
   CHECK(seconds_since(t2) < 0.5);
 }
 
 TEST_CASE("one Gloo rank: a stall with a duration ends on its own before the deadline") {
-  test::TempDir dir("kiln_wd_short");
-  ScopedEnv fault("KILN_FAULT_INJECT", "stall:rank=0:seq=1:ms=300");
-  auto pg = dist::make_gloo_process_group(dist::make_file_store(make_store_dir(dir.path), 1), 0, 1,
+  FaultScope scope("kiln_wd_short", "stall:rank=0:seq=1:ms=300", /*record=*/false);
+  auto pg = dist::make_gloo_process_group(dist::make_file_store(scope.store_dir(), 1), 0, 1,
                                           dist::GlooOptions().timeout(std::chrono::seconds(5)));
   Tensor t = full({8}, 3.0);
   pg->allreduce(t)->wait();
@@ -256,20 +238,13 @@ TEST_CASE("one Gloo rank: a stall with a duration ends on its own before the dea
 }
 
 TEST_CASE("three Gloo ranks, rank 1 stalled at collective 3: every rank fails naming allreduce 3 and rank 1") {
-  test::TempDir dir("kiln_wd_stall");
-  make_store_dir(dir.path);
-  ScopedEnv fr("KILN_FLIGHT_RECORDER_DIR", dir.path);
-  ScopedEnv fault("KILN_FAULT_INJECT", "stall:rank=1:seq=3");
-  const auto timeout = std::chrono::milliseconds(2000);
-  std::vector<int> codes =
-      test::fork_ranks(3, [&](int r) { return allreduce_until_failure(dir.path, r, 3, timeout, 6, dist::Millis(3000)); });
+  FaultScope scope("kiln_wd_stall", "stall:rank=1:seq=3");
+  const std::string& dir = scope.dir.path;
+  const std::vector<int> codes = fork_three(dir, std::chrono::milliseconds(2000), 6, dist::Millis(3000));
   for (int r = 0; r < 3; ++r) {
     CAPTURE(r);
-    REQUIRE(codes[r] == 0);
-    Outcome o = read_outcome(dir.path, r);
+    const Outcome o = failed_outcome(codes, dir, r, 3);
     INFO(o.message);
-    CHECK(o.failed_iteration == 3);
-    CHECK(contains(o.message, "Gloo allreduce (sequence number 3) failed on rank " + std::to_string(r) + " of 3"));
     CHECK(contains(o.message, "timeout 2000 ms"));
     if (r == 1) {
       CHECK(contains(o.message, "not reached by rank 1 (this rank, last started sequence number 2)"));
@@ -285,7 +260,7 @@ TEST_CASE("three Gloo ranks, rank 1 stalled at collective 3: every rank fails na
     CHECK(contains(o.later, "Gloo barrier (sequence number 4) was not run: the process group failed earlier"));
     CHECK(o.later_took < 0.5);
     CHECK(o.destroy < 1.0);
-    std::vector<json> lines = check_dump(o.message, dir.path, r, 3, 3, "failed");
+    std::vector<json> lines = check_dump(o.message, dir, r, 3, 3, "failed");
     CHECK(lines.size() == 1 + 4);  // collectives 0..3
     json failed = test::record_of(lines, 3);
     // Rank 1 never started collective 3; the others did.
@@ -294,38 +269,30 @@ TEST_CASE("three Gloo ranks, rank 1 stalled at collective 3: every rank fails na
 }
 
 TEST_CASE("three Gloo ranks, rank 2 dies at collective 4: the others fail long before the timeout, naming it") {
-  test::TempDir dir("kiln_wd_exit");
-  make_store_dir(dir.path);
-  ScopedEnv fr("KILN_FLIGHT_RECORDER_DIR", dir.path);
-  ScopedEnv fault("KILN_FAULT_INJECT", "exit:rank=2:seq=4");
-  const auto timeout = std::chrono::seconds(30);
-  std::vector<int> codes =
-      test::fork_ranks(3, [&](int r) { return allreduce_until_failure(dir.path, r, 3, timeout, 8); });
+  FaultScope scope("kiln_wd_exit", "exit:rank=2:seq=4");
+  const std::string& dir = scope.dir.path;
+  const std::vector<int> codes = fork_three(dir, std::chrono::seconds(30), 8);
   CHECK(codes[2] == 9);  // KILN_FAULT_INJECT's _exit(9)
   for (int r = 0; r < 2; ++r) {
     CAPTURE(r);
-    REQUIRE(codes[r] == 0);
-    Outcome o = read_outcome(dir.path, r);
+    const Outcome o = failed_outcome(codes, dir, r, 4);
     INFO(o.message);
-    CHECK(o.failed_iteration == 4);
-    CHECK(contains(o.message, "Gloo allreduce (sequence number 4) failed on rank " + std::to_string(r)));
     CHECK(contains(o.message, "not reached by rank 2 ("));
     CHECK(contains(o.message, "no heartbeat for"));
     CHECK_FALSE(contains(o.message, "rank " + std::to_string(1 - r) + " ("));
     CHECK(o.took < 5.0);  // a closed connection, not the 30 s timeout
     CHECK(contains(o.later, "failed earlier"));
     CHECK(o.destroy < 1.0);
-    std::vector<json> lines = check_dump(o.message, dir.path, r, 3, 4, "failed");
+    std::vector<json> lines = check_dump(o.message, dir, r, 3, 4, "failed");
     CHECK(lines[0]["timeout_ms"] == 30000);
   }
 }
 
 TEST_CASE("a rank outside any collective dumps its flight recorder when a peer fails") {
-  test::TempDir dir("kiln_wd_peer");
-  make_store_dir(dir.path);
-  ScopedEnv fr("KILN_FLIGHT_RECORDER_DIR", dir.path);
+  FaultScope scope("kiln_wd_peer");
+  const std::string& dir = scope.dir.path;
   std::vector<int> codes = test::fork_ranks(2, [&](int r) {
-    auto store = dist::make_file_store(dir.path + "/store", 2);
+    auto store = dist::make_file_store(scope.store_dir(), 2);
     store->set_timeout(std::chrono::seconds(30));
     auto pg = dist::make_gloo_process_group(store, r, 2, dist::GlooOptions().timeout(std::chrono::milliseconds(1500)));
     Tensor t = ones({16});
@@ -334,7 +301,7 @@ TEST_CASE("a rank outside any collective dumps its flight recorder when a peer f
       // Stay "hung" until the heartbeat has dumped (or a minute, when it never does): rank 0's
       // 1.5 s timeout plus its settling heartbeats can take several seconds on a loaded machine.
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (gloo_dumps(dir.path, 1).empty() && std::chrono::steady_clock::now() < deadline)
+      while (gloo_dumps(dir, 1).empty() && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       std::fflush(nullptr);
       ::_exit(0);
@@ -342,7 +309,7 @@ TEST_CASE("a rank outside any collective dumps its flight recorder when a peer f
     try {
       pg->allreduce(t)->wait();
     } catch (const DistributedError& e) {
-      test::write_text(dir.path + "/rank0.txt", e.what());
+      test::write_text(dir + "/rank0.txt", e.what());
     }
     std::fflush(nullptr);
     ::_exit(0);  // the group failed: no barrier or teardown to wait for
@@ -350,8 +317,8 @@ TEST_CASE("a rank outside any collective dumps its flight recorder when a peer f
   });
   CHECK(codes[0] == 0);
   CHECK(codes[1] == 0);
-  CHECK(contains(test::read_text(dir.path + "/rank0.txt"), "not reached by rank 1 (last started sequence number 0)"));
-  const std::vector<std::string> rank1_dumps = gloo_dumps(dir.path, 1);
+  CHECK(contains(test::read_text(dir + "/rank0.txt"), "not reached by rank 1 (last started sequence number 0)"));
+  const std::vector<std::string> rank1_dumps = gloo_dumps(dir, 1);
   for (const std::string& path : rank1_dumps) {
     std::vector<json> lines = test::read_dump(path);
     CHECK(contains(lines[0]["reason"].get<std::string>(), "a peer failed: rank 0: Gloo allreduce (sequence number 1)"));

@@ -1,7 +1,7 @@
 // ZeRO-1 (ShardedOptimizer over DDP) and ZeRO-2 (ShardedOptimizer + ShardedReducer) against DDP on
 // 1 to 4 ranks: 20 AdamW steps, accumulation 2, 99 parameters (no world size divides them), f32 and
 // bf16 autocast, with and without clipping. Losses and final weights agree within 1e-6 relative
-// (weights: of the element plus of the largest weight, see compare()),
+// (weights: of the element plus of the largest weight, zero_fixtures.h compare_with_ddp),
 // and bitwise where the reduction order is the same (ZeRO-1 always: DDP's all-reduce feeds it;
 // ZeRO-2 at world 1 and 2, where the ring's sum is the all-reduce's a + b).
 #include "parallel/zero_fixtures.h"
@@ -11,66 +11,33 @@ using namespace kiln::test;
 
 namespace {
 
-void compare(const ZeroRun& got, const ZeroRun& want, bool bitwise, const std::string& what) {
-  // Relative to each element, plus 1e-6 of the largest weight: a weight near zero differs by the
-  // f32 rounding of the larger ones' scale when the gradient sums were added in another order.
-  double scale = 0;
-  for (double w : want.weights) scale = std::max(scale, std::fabs(w));
-  expect_rel(got.losses, want.losses, 1e-6, 0.0, what + " losses");
-  expect_rel(got.weights, want.weights, 1e-6, scale, what + " weights");
-  if (bitwise) {
-    expect(got.losses == want.losses, what + ": losses are not bitwise DDP's");
-    expect(got.weights == want.weights, what + ": weights are not bitwise DDP's");
-  }
-  // The run must have trained: every weight moved away from rank 0's initial value.
-  const std::vector<double> initial = flat_parameters(Net(seed_for_rank(0), ZeroSpec{}.net));
-  for (size_t i = 0; i < initial.size(); ++i)
-    expect(got.weights[i] != initial[i], what + ": weight " + std::to_string(i) + " never changed");
-}
-
 void check_modes(dist::ProcessGroup& pg, const ZeroSpec& spec) {
   const ZeroRun ddp = train_mode(pg, Mode::ddp, spec);
   const std::string at = " at world " + std::to_string(pg.size()) + " rank " + std::to_string(pg.rank()) +
                          (spec.amp == DType::bf16 ? " bf16" : " f32") + (spec.clip > 0 ? " clip" : "");
   const bool exact = spec.clip == 0;
-  compare(train_mode(pg, Mode::zero1, spec), ddp, exact, std::string("zero1") + at);
-  compare(train_mode(pg, Mode::zero2, spec), ddp, exact && pg.size() <= 2, std::string("zero2") + at);
+  compare_with_ddp(train_mode(pg, Mode::zero1, spec), ddp, exact, std::string("zero1") + at);
+  compare_with_ddp(train_mode(pg, Mode::zero2, spec), ddp, exact && pg.size() <= 2, std::string("zero2") + at);
 }
 
 }  // namespace
 
 TEST_CASE("ZeRO-1 and ZeRO-2 equal DDP: f32, accumulation 2, world 1 to 4") {
-  for (int n : {1, 2, 3, 4}) {
-    CAPTURE(n);
-    run_ranks(n, [](dist::ProcessGroup& pg) { check_modes(pg, ZeroSpec{}); });
-  }
+  run_worlds({1, 2, 3, 4}, [](dist::ProcessGroup& pg) { check_modes(pg, ZeroSpec{}); });
 }
 
 TEST_CASE("ZeRO-1 and ZeRO-2 equal DDP: bf16 autocast, world 1 to 4") {
-  for (int n : {1, 2, 3, 4}) {
-    CAPTURE(n);
-    run_ranks(n, [](dist::ProcessGroup& pg) {
-      ZeroSpec spec;
-      spec.amp = DType::bf16;
-      check_modes(pg, spec);
-    });
-  }
+  run_worlds({1, 2, 3, 4}, [](dist::ProcessGroup& pg) { check_modes(pg, ZeroSpec{.amp = DType::bf16}); });
 }
 
 TEST_CASE("ZeRO-1 and ZeRO-2 clip by the global norm across shards like DDP + clip_grad_norm") {
-  for (int n : {1, 3}) {
-    CAPTURE(n);
-    run_ranks(n, [](dist::ProcessGroup& pg) {
-      ZeroSpec spec;
-      spec.clip = 0.05;  // small enough to clip every step
-      check_modes(pg, spec);
-    });
-  }
+  // 0.05: small enough to clip every step.
+  run_worlds({1, 3}, [](dist::ProcessGroup& pg) { check_modes(pg, ZeroSpec{.clip = 0.05}); });
 }
 
 TEST_CASE("ZeRO-2 keeps only the gradient shard: .grad is released and local_grad holds the average") {
   run_ranks(3, [](dist::ProcessGroup& pg) {
-    auto group = std::shared_ptr<dist::ProcessGroup>(&pg, [](dist::ProcessGroup*) {});
+    auto group = test::borrow(pg);
     auto net = std::make_shared<Net>(seed_for_rank(0), NetSpec{5, 6, 3});
     auto sharded = dist::ShardedOptimizer::make<optim::AdamW>(net->parameters(), group, optim::AdamWOptions(), small_shards());
     auto reducer = dist::ShardedReducer::create(sharded, net);

@@ -1,31 +1,32 @@
-// Helpers of the watchdog tests: ranks forked with a body that owns its process group (so the
-// test sees how long destruction takes after a failure), scoped environment variables, and the
-// flight-recorder dump read back as JSON.
+// Helpers of the watchdog tests (with fork_ranks.h, whose ranks own their process group, so the
+// test sees how long destruction takes after a failure): scoped environment variables, a test's
+// directory with its injected fault, a failure timed, and the flight-recorder dump read back as JSON.
 #pragma once
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
+
+#include <kiln/core/error.h>
+
+#include "caught.h"
+#include "parallel/fork_ranks.h"
+#include "parallel/temp_dir.h"
 
 namespace kiln::test {
 
-using SteadyClock = std::chrono::steady_clock;
-
-inline double seconds_since(SteadyClock::time_point t0) {
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
+inline bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
 // Sets an environment variable for the scope (forked ranks inherit it).
 struct ScopedEnv {
@@ -50,55 +51,43 @@ struct ScopedEnv {
   std::string old_;
 };
 
-// How a forked rank ended: its exit code, -signal, or -1000 when killed at the guard.
-constexpr int kHung = -1000;
+// A watchdog test's fresh directory: it receives the flight-recorder dumps (KILN_FLIGHT_RECORDER_DIR,
+// when `record`) and holds the file store's directory; KILN_FAULT_INJECT is `fault` (none when "").
+struct FaultScope {
+  explicit FaultScope(const std::string& name, const std::string& fault = "", bool record = true) : dir(name) {
+    REQUIRE(::mkdir(store_dir().c_str(), 0755) == 0);
+    if (record) recorder.emplace("KILN_FLIGHT_RECORDER_DIR", dir.path);
+    if (!fault.empty()) injected.emplace("KILN_FAULT_INJECT", fault);
+  }
+  std::string store_dir() const { return dir.path + "/store"; }
 
-// Forks n ranks running body(rank) -> exit code (an exception prints and exits 1); waits for all,
-// killing those still running after `guard`.
-inline std::vector<int> fork_ranks(int n, const std::function<int(int)>& body,
-                                   std::chrono::seconds guard = std::chrono::seconds(60)) {
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      int code = 1;
-      try {
-        code = body(r);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
-      }
-      std::fflush(nullptr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes(n, kHung);
-  const auto deadline = SteadyClock::now() + guard;
-  int left = n;
-  while (left > 0) {
-    for (int r = 0; r < n; ++r) {
-      if (pids[r] == 0) continue;
-      int status = 0;
-      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-        pids[r] = 0;
-        --left;
-      }
-    }
-    if (left > 0 && SteadyClock::now() > deadline) {
-      for (int r = 0; r < n; ++r)
-        if (pids[r] != 0) {
-          ::kill(pids[r], SIGKILL);
-          ::waitpid(pids[r], nullptr, 0);
-          pids[r] = 0;
-        }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return codes;
+  TempDir dir;
+  std::optional<ScopedEnv> recorder, injected;
+};
+
+// What a call that should fail gave: the DistributedError's message ("" when it threw none) and
+// how long the call took, in seconds.
+struct Failure {
+  std::string message;
+  double seconds = -1;
+};
+
+inline Failure failure_of(const std::function<void()>& fn) {
+  const auto t0 = SteadyClock::now();
+  std::string message = caught<DistributedError>(fn);
+  return Failure{std::move(message), seconds_since(t0)};
+}
+
+// A one-rank group's collective 2 (`op`, e.g. "Gloo allreduce") held past its `timeout_ms`: the
+// failure names it, the timeout and this rank as the one that did not reach it, and came after
+// `min_s` but before `max_s` seconds.
+inline void check_one_rank_timeout(const Failure& f, const std::string& op, int timeout_ms, double min_s, double max_s) {
+  INFO(f.message);
+  CHECK(contains(f.message, op + " (sequence number 2) failed on rank 0 of 1"));
+  CHECK(contains(f.message, "timed out after " + std::to_string(timeout_ms) + " ms"));
+  CHECK(contains(f.message, "not reached by rank 0 (this rank, last started sequence number 1)"));
+  CHECK(f.seconds >= min_s);
+  CHECK(f.seconds < max_s);
 }
 
 inline void write_text(const std::string& path, const std::string& text) {
