@@ -115,7 +115,7 @@ __global__ void softmax_backward_columns_kernel(T* __restrict__ gi,       // (ou
 // and of one shape), chosen per dtype T and Log: kernel<T, Log, V>(out, launch) with V > 0 the
 // pack width of the row kernels (dim is the last, inner == 1: Note [Row launches]), V = 0 the
 // column kernels (one thread per (outer, inner) column).
-struct Launch {
+struct SoftmaxLaunch {
   dim3 grid, block;
   cudaStream_t stream;
   formulas::DimSplit l;
@@ -126,7 +126,7 @@ Tensor launch_rows_or_columns(const char* op, std::initializer_list<const Tensor
   const Tensor& first = **ins.begin();
   Tensor out = empty(first.shape(), first.dtype(), first.device());
   if (first.numel() == 0) return out;
-  Launch at{dim3(), dim3(), stream_for(first), formulas::split_at(first.shape(), dim)};
+  SoftmaxLaunch at{dim3(), dim3(), stream_for(first), formulas::split_at(first.shape(), dim)};
   KILN_ASSERT(ins.size() <= 2, op, ": at most two inputs");
   const void* in1 = ins.size() > 1 ? (*(ins.begin() + 1))->data_ptr() : nullptr;
   dispatch_floating_device(first.dtype(), op, [&]<class T>() {
@@ -154,7 +154,8 @@ Tensor launch_rows_or_columns(const char* op, std::initializer_list<const Tensor
 
 Tensor softmax(const char* op, const Tensor& x_in, int64_t dim, bool log) {
   const Tensor x = x_in.contiguous();
-  return launch_rows_or_columns(op, {&x}, dim, log, [&]<class T, bool Log, int V>(const Tensor& y, const Launch& at) {
+  return launch_rows_or_columns(op, {&x}, dim, log,
+                                [&]<class T, bool Log, int V>(const Tensor& y, const SoftmaxLaunch& at) {
     if constexpr (V > 0)
       softmax_rows_kernel<T, V, Log><<<at.grid, at.block, 0, at.stream>>>(ptr<T>(y), ptr<T>(x), at.l.outer, at.l.n);
     else
@@ -165,8 +166,8 @@ Tensor softmax(const char* op, const Tensor& x_in, int64_t dim, bool log) {
 
 Tensor softmax_backward(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim, bool log) {
   const Tensor y = out.contiguous(), g = grad_out.contiguous();
-  return launch_rows_or_columns(op, {&y, &g}, dim, log, [&]<class T, bool Log, int V>(const Tensor& gi,
-                                                                                      const Launch& at) {
+  return launch_rows_or_columns(op, {&y, &g}, dim, log,
+                                [&]<class T, bool Log, int V>(const Tensor& gi, const SoftmaxLaunch& at) {
     if constexpr (V > 0)
       softmax_backward_rows_kernel<T, V, Log><<<at.grid, at.block, 0, at.stream>>>(ptr<T>(gi), ptr<T>(g), ptr<T>(y),
                                                                                    at.l.outer, at.l.n);
