@@ -10,9 +10,10 @@ install(TARGETS ${_kiln_libs} kiln EXPORT KilnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # Only the user API is installed (what kiln.h reaches, plus kiln/cuda.h): not the raw kernels
-# (core/ops, core/cpu), not the CUDA launchers, runtime internals and plan math (core/cuda), not the
-# TCP store's wire format. tests/consumer checks that every installed header compiles with only
-# <prefix>/include, and tests/core/test_public_api that kiln.h reaches no internal header.
+# (core/ops, core/cpu, their declarations in core/kernels), not the CUDA launchers, runtime
+# internals and plan math (core/cuda), not the TCP store's wire format. tests/consumer checks that
+# every installed header compiles with only <prefix>/include, and tests/core/test_public_api that
+# kiln.h reaches no internal header.
 foreach(dir core autograd nn optim parallel data models)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${dir}
           FILES_MATCHING PATTERN "*.h"
@@ -20,6 +21,7 @@ foreach(dir core autograd nn optim parallel data models)
           PATTERN "tcp_store_server_core.h" EXCLUDE
           PATTERN "core/cuda" EXCLUDE
           PATTERN "core/cpu" EXCLUDE
+          PATTERN "core/kernels" EXCLUDE
           PATTERN "core/ops" EXCLUDE)
 endforeach()
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/kiln.h ${CMAKE_CURRENT_SOURCE_DIR}/cuda.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)

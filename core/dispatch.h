@@ -54,4 +54,10 @@ decltype(auto) dispatch_index(DType t, const char* op, F&& fn) {
 
 #undef KILN_DISPATCH_CASE
 
+// A runtime flag -> a compile-time one: dispatch_bool(log, [&]<bool Log>() { ... }).
+template <class F>
+decltype(auto) dispatch_bool(bool b, F&& fn) {
+  return b ? fn.template operator()<true>() : fn.template operator()<false>();
+}
+
 }  // namespace kiln

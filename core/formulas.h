@@ -1,6 +1,7 @@
 // Formulas that the CPU kernels (core/cpu) and the CUDA kernels (core/cuda/kernels) both compute,
 // written once so the two backends cannot drift apart. CUDA-free: each backend passes its own math
-// as `Math` (static exp, tanh, erf: core/cpu/vec_math.h VecMath, the CUDA functors' DeviceMath).
+// as `Math` (static exp, log, sqrt, tanh, erf, pow: core/cpu/vec_math.h VecMath, the CUDA
+// functors' DeviceMath).
 #pragma once
 
 #include <array>
@@ -44,6 +45,129 @@ KILN_HOST_DEVICE inline T gelu_erf_backward(T g, T x) {
   const T cdf = T(0.5) * (T(1) + Math::erf(x * T(0.70710678118654752440)));
   const T pdf = Math::exp(T(-0.5) * x * x) * T(0.39894228040143267794);  // 1 / sqrt(2 pi)
   return g * (cdf + x * pdf);
+}
+
+// softmax (Log: log_softmax) of x from its row's max m and k = 1 / sum exp(x - m) (Log: k = the
+// log-sum-exp, m + log sum exp(x - m)).
+template <class Math, bool Log, class T>
+KILN_HOST_DEVICE inline T softmax_from_stats(T x, T m, T k) {
+  return Log ? x - k : Math::exp(x - m) * k;
+}
+
+// softmax's gradient from the forward output y and the row sum s of softmax_grad_term(g, y):
+// softmax: gi = y (g - s), s = sum g y; log_softmax: gi = g - exp(y) s, s = sum g.
+template <bool Log, class T>
+KILN_HOST_DEVICE inline T softmax_grad_term(T g, T y) {
+  return Log ? g : g * y;
+}
+template <class Math, bool Log, class T>
+KILN_HOST_DEVICE inline T softmax_grad(T g, T y, T s) {
+  return Log ? g - Math::exp(y) * s : y * (g - s);
+}
+
+// Note [Elementwise functors]
+// Each elementwise op is one functor on compute types (acc_t: float for the 16-bit floats), which
+// the CPU maps with cpu::map_kernel (core/cpu/elementwise.cpp) and CUDA with launch_map
+// (core/cuda/kernels/elementwise_*.cu); core/ops/elementwise_table.h maps the op enums to them.
+// kFloating: the op runs on floating dtypes only (the front casts integer inputs to f32), else on
+// every numeric dtype. Integer results wrap as the stores' casts do; integer operands of + - *
+// promote to int, and the store casts back.
+struct NumericOp {
+  static constexpr bool kFloating = false;
+};
+struct FloatingOp {
+  static constexpr bool kFloating = true;
+};
+
+// --- unary ---------------------------------------------------------------------------------
+struct Neg : NumericOp { template <class T> KILN_HOST_DEVICE T operator()(T v) const { return T(-v); } };
+struct Abs : NumericOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const {
+    if constexpr (std::is_unsigned_v<T>) return v; else return v < T(0) ? T(-v) : v;
+  }
+};
+struct Relu : NumericOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const {
+    if constexpr (std::is_unsigned_v<T>) return v; else return v < T(0) ? T(0) : v;
+  }
+};
+struct Square : NumericOp { template <class T> KILN_HOST_DEVICE T operator()(T v) const { return T(v * v); } };
+template <class Math> struct Exp : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return Math::exp(v); }
+};
+template <class Math> struct Log : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return Math::log(v); }
+};
+template <class Math> struct Sqrt : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return Math::sqrt(v); }
+};
+// 1 / sqrt (not a reciprocal-sqrt instruction): both roundings correct on both backends.
+template <class Math> struct Rsqrt : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return T(1) / Math::sqrt(v); }
+};
+template <class Math> struct Tanh : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return Math::tanh(v); }
+};
+template <class Math> struct Sigmoid : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return T(1) / (T(1) + Math::exp(-v)); }
+};
+template <class Math> struct GeluTanh : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return gelu_tanh<Math>(v); }
+};
+template <class Math> struct GeluErf : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return gelu_erf<Math>(v); }
+};
+
+// --- binary --------------------------------------------------------------------------------
+struct Add : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T x, T y) const { return x + y; } };
+struct Sub : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T x, T y) const { return x - y; } };
+struct Rsub : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T x, T y) const { return y - x; } };
+struct Mul : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T x, T y) const { return x * y; } };
+struct Div : FloatingOp { template <class T> KILN_HOST_DEVICE T operator()(T x, T y) const { return x / y; } };
+// Integers go through double pow, as std::pow(int, int) does.
+template <class Math> struct Pow : NumericOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T x, T y) const {
+    if constexpr (std::is_floating_point_v<T>) return Math::pow(x, y);
+    else return static_cast<T>(Math::pow(static_cast<double>(x), static_cast<double>(y)));
+  }
+};
+// NaN propagates from either side (x != x is false for integers).
+struct Maximum : NumericOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T x, T y) const { return (x > y || x != x) ? x : y; }
+};
+struct Minimum : NumericOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T x, T y) const { return (x < y || x != x) ? x : y; }
+};
+// grad * gelu'(x), taking (grad, x).
+template <class Math> struct GeluTanhBackward : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T g, T x) const { return gelu_tanh_backward<Math>(g, x); }
+};
+template <class Math> struct GeluErfBackward : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T g, T x) const { return gelu_erf_backward<Math>(g, x); }
+};
+// x + alpha * y with alpha in the compute type A (not rounded to the dtype first): add_ with alpha.
+template <class A> struct AddScaled {
+  A alpha;
+  KILN_HOST_DEVICE A operator()(A x, A y) const { return A(x + alpha * y); }
+};
+
+// --- comparisons ---------------------------------------------------------------------------
+struct Eq : NumericOp { template <class T> KILN_HOST_DEVICE bool operator()(T x, T y) const { return x == y; } };
+struct Ne : NumericOp { template <class T> KILN_HOST_DEVICE bool operator()(T x, T y) const { return x != y; } };
+struct Lt : NumericOp { template <class T> KILN_HOST_DEVICE bool operator()(T x, T y) const { return x < y; } };
+struct Le : NumericOp { template <class T> KILN_HOST_DEVICE bool operator()(T x, T y) const { return x <= y; } };
+struct Gt : NumericOp { template <class T> KILN_HOST_DEVICE bool operator()(T x, T y) const { return x > y; } };
+struct Ge : NumericOp { template <class T> KILN_HOST_DEVICE bool operator()(T x, T y) const { return x >= y; } };
+
+// A shape viewed as (outer, n, inner) around dim: the product of the dims before it, its size and
+// the product of the dims after it (softmax's rows and columns on both backends).
+struct DimSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+inline DimSplit split_at(const Shape& shape, int64_t dim) {
+  DimSplit l;
+  for (int64_t k = 0; k < shape.ndim(); ++k) (k < dim ? l.outer : k == dim ? l.n : l.inner) *= shape[k];
+  return l;
 }
 
 // Note [Collapsing dims]

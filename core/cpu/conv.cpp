@@ -4,16 +4,11 @@
 // so no result depends on the thread count.
 #include <kiln/core/cpu/conv.h>
 
-// GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <vector>
 
 #include <kiln/core/cpu/compute.h>
+#include <kiln/core/cpu/eigen.h>
 #include <kiln/core/cpu/onednn/switch.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>

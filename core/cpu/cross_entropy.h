@@ -12,8 +12,6 @@ namespace kiln::cpu {
 ops::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                               double label_smoothing);
 
-// count: undefined, or the forward's 0-dim i64 count (scale is then multiplied by 1 / count).
-Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t ignore_index, double label_smoothing, double scale, const Tensor& count);
+#include <kiln/core/kernels/cross_entropy.inc>
 
 }  // namespace kiln::cpu

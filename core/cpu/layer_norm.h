@@ -1,5 +1,5 @@
-// Layer norm forward and backward on the CPU (the kernels behind core/ops/layer_norm.h for CPU
-// tensors; the twin of core/cuda/kernels/layer_norm.h). The front has checked shapes; any layout.
+// Layer norm forward and backward on the CPU (layer_norm.cpp), declared in
+// core/kernels/layer_norm.inc (Note [Kernel interfaces]).
 #pragma once
 
 #include <cstdint>
@@ -7,14 +7,5 @@
 #include <kiln/core/ops/layer_norm.h>
 
 namespace kiln::cpu {
-
-// x viewed as (rows, n); weight and bias (n,) or undefined.
-ops::LayerNormResult layer_norm(const Tensor& x, int64_t n, const Tensor& weight, const Tensor& bias, double eps);
-
-// mean and rstd hold rows values each; grad_weight in weight's dtype, grad_bias in weight's dtype
-// (x's when weight is undefined).
-ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
-                                        const Tensor& rstd, const Tensor& weight, const Shape& normalized_shape,
-                                        bool with_bias);
-
+#include <kiln/core/kernels/layer_norm.inc>
 }  // namespace kiln::cpu

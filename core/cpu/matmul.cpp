@@ -3,12 +3,6 @@
 // fresh contiguous row-major tensor written by one .noalias() product per matrix, no temporaries.
 #include <kiln/core/cpu/matmul.h>
 
-// GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -16,6 +10,7 @@
 #include <vector>
 
 #include <kiln/core/cpu/compute.h>
+#include <kiln/core/cpu/eigen.h>
 #include <kiln/core/cpu/onednn/switch.h>
 #include <kiln/core/cuda/plan/gemm_plan.h>
 #include <kiln/core/factory.h>

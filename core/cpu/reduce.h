@@ -183,27 +183,8 @@ void extremum_reduce(const T* x, int64_t outer, int64_t n, int64_t inner, Best<C
   });
 }
 
-// The reductions of core/ops/reduce.h on the CPU (reduce.cpp; the twins of
-// core/cuda/kernels/reduce.h). The front plans each one: `src` is dense memory read as
-// (outer, n, inner) from src.data_ptr(), n is reduced, and each output is a contiguous
-// (outer * inner) tensor. `op` names the op in dtype errors. Floating sums accumulate in double.
-
-// Floating src only: out (src's dtype) = scale * sum.
-void sum_reduce(const char* op, const Tensor& src, int64_t outer, int64_t n, int64_t inner, double scale,
-                const Tensor& out);
-
-// Integer or bool src: out (i64) = the sum, accumulated in i64.
-void integer_sum_reduce(const char* op, const Tensor& src, int64_t outer, int64_t n, int64_t inner,
-                        const Tensor& out);
-
-// Floating src only: out = (sum of (x - mean)^2) / (n - correction), square-rooted when `take_sqrt`
-// (std). Two passes over src: the means, then the squared deviations.
-void var_reduce(const char* op, const Tensor& src, int64_t outer, int64_t n, int64_t inner, int64_t correction,
-                bool take_sqrt, const Tensor& out);
-
-// The largest (`max`) or smallest value and its first position along n (NaN wins). Writes
-// `values` (src's dtype) and/or `indices` (i64); an undefined tensor is skipped. Numeric dtypes; n >= 1.
-void extremum_reduce(const char* op, const Tensor& src, int64_t outer, int64_t n, int64_t inner, bool max,
-                     const Tensor& values, const Tensor& indices);
+// The reduction kernels behind core/ops/reduce.h on the CPU (reduce.cpp), declared in
+// core/kernels/reduce.inc (Note [Kernel interfaces]). Floating sums accumulate in double.
+#include <kiln/core/kernels/reduce.inc>
 
 }  // namespace kiln::cpu

@@ -14,6 +14,7 @@
 #include <kiln/core/cpu/vec_math.h>
 #include <kiln/core/dispatch.h>
 #include <kiln/core/factory.h>
+#include <kiln/core/formulas.h>
 
 namespace kiln::cpu {
 
@@ -43,13 +44,8 @@ template <class C, bool Log>
 void softmax_backward_row(const std::array<const C*, 2>& in, C* gi, int64_t n) {
   const C* g = in[0];
   const C* y = in[1];
-  if constexpr (Log) {
-    const C s = lane_sum<C>(n, [&](int64_t i) { return g[i]; });
-    for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - cpu::exp_any(y[i]) * s;
-  } else {
-    const C dot = lane_sum<C>(n, [&](int64_t i) { return g[i] * y[i]; });
-    for (int64_t i = 0; i < n; ++i) gi[i] = y[i] * (g[i] - dot);
-  }
+  const C s = lane_sum<C>(n, [&](int64_t i) { return formulas::softmax_grad_term<Log>(g[i], y[i]); });
+  for (int64_t i = 0; i < n; ++i) gi[i] = formulas::softmax_grad<VecMath, Log>(g[i], y[i], s);
 }
 
 // Runs row(in, out, n) over `rows` contiguous rows in parallel, in C = acc_t<T>; 16-bit rows
@@ -100,7 +96,7 @@ void softmax_columns(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) 
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < m; ++i) {
         C v = static_cast<C>(xb[r * inner + i]);
-        yb[r * inner + i] = static_cast<T>(Log ? v - s[i] : cpu::exp_any(v - mx[i]) * s[i]);
+        yb[r * inner + i] = static_cast<T>(formulas::softmax_from_stats<VecMath, Log>(v, mx[i], s[i]));
       }
   });
 }
@@ -114,68 +110,52 @@ void softmax_backward_columns(const T* g, const T* y, T* gi, int64_t outer, int6
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < m; ++i) {
         int64_t k = base + r * inner + i;
-        s[i] += Log ? static_cast<C>(g[k]) : static_cast<C>(g[k]) * static_cast<C>(y[k]);
+        s[i] += formulas::softmax_grad_term<Log>(static_cast<C>(g[k]), static_cast<C>(y[k]));
       }
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < m; ++i) {
         int64_t k = base + r * inner + i;
         C gv = static_cast<C>(g[k]), yv = static_cast<C>(y[k]);
-        gi[k] = static_cast<T>(Log ? gv - cpu::exp_any(yv) * s[i] : yv * (gv - s[i]));
+        gi[k] = static_cast<T>(formulas::softmax_grad<VecMath, Log>(gv, yv, s[i]));
       }
   });
 }
 
-struct Layout {
-  int64_t outer = 1, n = 1, inner = 1;
-};
+}  // namespace
 
-Layout layout_of(const Tensor& x, int64_t dim) {
-  Layout l;
-  for (int64_t k = 0; k < x.dim(); ++k) (k < dim ? l.outer : k == dim ? l.n : l.inner) *= x.size(k);
-  return l;
-}
-
-template <bool Log>
-Tensor forward(const char* op, const Tensor& x, int64_t dim) {
-  const Layout l = layout_of(x, dim);
+Tensor softmax(const char* op, const Tensor& x, int64_t dim, bool log) {
+  const formulas::DimSplit l = formulas::split_at(x.shape(), dim);
   Tensor in = x.contiguous();
   Tensor out = empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), op, [&]<class T>() {
     const T* xp = in.data<T>();
     T* yp = out.data<T>();
-    if (l.inner == 1)
-      for_each_row<T, 1>(l.outer, l.n, {xp}, yp, softmax_row<acc_t<T>, Log>);
-    else
-      softmax_columns<T, Log>(xp, yp, l.outer, l.n, l.inner);
+    dispatch_bool(log, [&]<bool Log>() {
+      if (l.inner == 1)
+        for_each_row<T, 1>(l.outer, l.n, {xp}, yp, softmax_row<acc_t<T>, Log>);
+      else
+        softmax_columns<T, Log>(xp, yp, l.outer, l.n, l.inner);
+    });
   });
   return out;
 }
 
-template <bool Log>
-Tensor backward(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim) {
-  const Layout l = layout_of(out, dim);
+Tensor softmax_backward(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim, bool log) {
+  const formulas::DimSplit l = formulas::split_at(out.shape(), dim);
   Tensor g = grad_out.contiguous(), y = out.contiguous();
   Tensor gi = empty(out.shape(), out.dtype());
   dispatch_floating(out.dtype(), op, [&]<class T>() {
     const T* gp = g.data<T>();
     const T* yp = y.data<T>();
     T* gip = gi.data<T>();
-    if (l.inner == 1)
-      for_each_row<T, 2>(l.outer, l.n, {gp, yp}, gip, softmax_backward_row<acc_t<T>, Log>);
-    else
-      softmax_backward_columns<T, Log>(gp, yp, gip, l.outer, l.n, l.inner);
+    dispatch_bool(log, [&]<bool Log>() {
+      if (l.inner == 1)
+        for_each_row<T, 2>(l.outer, l.n, {gp, yp}, gip, softmax_backward_row<acc_t<T>, Log>);
+      else
+        softmax_backward_columns<T, Log>(gp, yp, gip, l.outer, l.n, l.inner);
+    });
   });
   return gi;
-}
-
-}  // namespace
-
-Tensor softmax(const Tensor& x, int64_t dim, bool log) {
-  return log ? forward<true>("log_softmax", x, dim) : forward<false>("softmax", x, dim);
-}
-Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim, bool log) {
-  return log ? backward<true>("log_softmax_backward", grad_out, out, dim)
-             : backward<false>("softmax_backward", grad_out, out, dim);
 }
 
 }  // namespace kiln::cpu

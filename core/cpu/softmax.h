@@ -1,6 +1,5 @@
-// softmax / log_softmax along one dim and their backward on the CPU (the kernels behind
-// core/ops/softmax.h for CPU tensors; the twin of core/cuda/kernels/softmax.h). dim is already
-// wrapped and checked; inputs may have any layout.
+// softmax and its backward on the CPU (softmax.cpp), declared in core/kernels/softmax.inc (Note
+// [Kernel interfaces]).
 #pragma once
 
 #include <cstdint>
@@ -8,9 +7,5 @@
 #include <kiln/core/tensor.h>
 
 namespace kiln::cpu {
-
-// log = true: log_softmax and its backward.
-Tensor softmax(const Tensor& x, int64_t dim, bool log);
-Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim, bool log);
-
+#include <kiln/core/kernels/softmax.inc>
 }  // namespace kiln::cpu

@@ -81,11 +81,15 @@ inline T exp_any(T x) {
   if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x);
 }
 
-// The CPU's math for the shared formulas of core/formulas.h: exp_f32 for float, libm otherwise.
+// The CPU's math for the shared formulas of core/formulas.h: exp_f32 and erf_f32 for float, libm
+// otherwise.
 struct VecMath {
   template <class T> static T exp(T x) { return exp_any(x); }
+  template <class T> static T log(T x) { return std::log(x); }
+  template <class T> static T sqrt(T x) { return std::sqrt(x); }
   template <class T> static T tanh(T x) { return std::tanh(x); }
   template <class T> static T erf(T x) { return erf_any(x); }
+  template <class T> static T pow(T x, T y) { return std::pow(x, y); }
 };
 
 // GELU with the tanh approximation (formulas::gelu_tanh: vectorizable, exact in the tails).

@@ -13,7 +13,8 @@ namespace kiln::ops {
 // Note [One dispatch line]
 // The fronts in core/ops/X.cpp check arguments and promote dtypes, then hand over to the kernels
 // of one backend, core/cpu/X.cpp or core/cuda/kernels/X.{h,cu}:
-//   return dispatch_device(op, {&x}, [&] { return cuda::softmax(x, d, log); }, [&] { return cpu::softmax(x, d, log); });
+//   return dispatch_device(op, {&x}, [&] { return cuda::softmax(op, x, d, log); },
+//                          [&] { return cpu::softmax(op, x, d, log); });
 // `operands` must all be defined and on one device (else the error names the op and both
 // devices). The CUDA branch sits in a discarded `if constexpr` of this template, so a build
 // without CUDA never instantiates it and never references a launcher: no stubs are needed.

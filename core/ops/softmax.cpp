@@ -13,7 +13,8 @@ namespace {
 Tensor forward(const char* op, const Tensor& x, int64_t dim, bool log) {
   check_defined(x, op);
   const int64_t d = wrap_dim(dim, x.dim(), op);
-  return dispatch_device(op, {&x}, [&] { return cuda::softmax(x, d, log); }, [&] { return cpu::softmax(x, d, log); });
+  return dispatch_device(op, {&x}, [&] { return cuda::softmax(op, x, d, log); },
+                         [&] { return cpu::softmax(op, x, d, log); });
 }
 
 // The forward output's gradient against it: both defined, one shape and dtype.
@@ -25,8 +26,8 @@ Tensor backward(const char* op, const Tensor& grad_out, const Tensor& out, int64
   KILN_CHECK(grad_out.dtype() == out.dtype(), op, ": grad_out is ", grad_out.dtype(),
              " but the forward output is ", out.dtype());
   const int64_t d = wrap_dim(dim, out.dim(), op);
-  return dispatch_device(op, {&grad_out, &out}, [&] { return cuda::softmax_backward(grad_out, out, d, log); },
-                         [&] { return cpu::softmax_backward(grad_out, out, d, log); });
+  return dispatch_device(op, {&grad_out, &out}, [&] { return cuda::softmax_backward(op, grad_out, out, d, log); },
+                         [&] { return cpu::softmax_backward(op, grad_out, out, d, log); });
 }
 
 }  // namespace

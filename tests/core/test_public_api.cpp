@@ -46,8 +46,10 @@ struct Seen {
         !hidden<decltype(kiln::ops::matmul(std::declval<Tensor>(), std::declval<Tensor>()))>,                     \
         !hidden<decltype(kiln::ops::softmax(std::declval<Tensor>(), int64_t{}))>,                                 \
         !hidden<decltype(kiln::ops::conv2d(std::declval<Tensor>(), std::declval<Tensor>()))>,                     \
-        !hidden<decltype(kiln::cpu::softmax(std::declval<Tensor>(), int64_t{}, bool{}))>,                         \
-        !hidden<decltype(kiln::cuda::softmax(std::declval<Tensor>(), int64_t{}, bool{}))>,                        \
+        !hidden<decltype(kiln::cpu::softmax(std::declval<const char*>(), std::declval<Tensor>(), int64_t{},       \
+                                            bool{}))>,                                                            \
+        !hidden<decltype(kiln::cuda::softmax(std::declval<const char*>(), std::declval<Tensor>(), int64_t{},      \
+                                             bool{}))>,                                                           \
         !hidden<decltype(kiln::cuda::gemm(std::declval<Tensor>(), std::declval<Tensor>(), std::declval<Tensor>(), \
                                           std::declval<Shape>()))>                                                \
   }

@@ -5,6 +5,7 @@
 // Kiln's (Note [oneDNN threads]).
 #include <kiln/core/cpu/onednn/conv.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -40,6 +41,16 @@ struct Dims {
     pad_r = {(g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1 - g.h - g.ph,
              (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw};
   }
+  // The dims of a primitive argument: the input's, the weights' or the output's (or their diffs).
+  const memory::dims& of(int arg) const {
+    switch (arg) {
+      case DNNL_ARG_SRC:
+      case DNNL_ARG_DIFF_SRC: return src;
+      case DNNL_ARG_WEIGHTS:
+      case DNNL_ARG_DIFF_WEIGHTS: return weights;
+      default: return dst;
+    }
+  }
 };
 
 memory::desc any(const memory::dims& d) { return memory::desc(d, memory::data_type::f32, memory::format_tag::any); }
@@ -70,20 +81,19 @@ struct Forward {
   Reorder src_in, weights_in, dst_out;
 };
 
-struct BackwardData {
+// One cached backward pass (Prim: backward data or backward weights): the primitive, two plain
+// inputs reordered into the layouts it picked, one output reordered out of its layout; layout(arg)
+// is the one it picked for a DNNL_ARG_*.
+template <class Prim>
+struct Backward {
   bool ok = false;
-  bwd_data_t::primitive_desc pd;
-  bwd_data_t prim;
-  memory::desc diff_dst_user, weights_user, diff_src_user;
-  Reorder diff_dst_in, weights_in, diff_src_out;
-};
-
-struct BackwardWeights {
-  bool ok = false;
-  bwd_weights_t::primitive_desc pd;
-  bwd_weights_t prim;
-  memory::desc src_user, diff_dst_user, diff_weights_user;
-  Reorder src_in, diff_dst_in, diff_weights_out;
+  typename Prim::primitive_desc pd;
+  Prim prim;
+  std::array<memory::desc, 2> in_user;
+  memory::desc out_user;
+  std::array<Reorder, 2> in;
+  Reorder out;
+  memory::desc layout(int arg) const { return pd.query_md(dnnl::query::exec_arg_md, arg); }
 };
 
 // Note [oneDNN Winograd]
@@ -133,6 +143,43 @@ std::shared_ptr<Entry> make_entry(const ConvShapes& s, F&& fill) {
 
 Tensor f32_contiguous(const Tensor& t) { return t.to(DType::f32).contiguous(); }
 
+// A backward pass of the convolution s (Prim: backward data or weights), cached under `kind`:
+// ins[i] (plain, of the dims of in_args[i]) in, the output (out_arg, of out_shape) in
+// result_dtype; std::nullopt when oneDNN has no implementation for the shape.
+template <class Prim>
+std::optional<Tensor> run_backward(int kind, const ConvShapes& s, std::array<int, 2> in_args,
+                                   const std::array<const Tensor*, 2>& ins, int out_arg, const Shape& out_shape,
+                                   DType result_dtype) {
+  static Cache<Backward<Prim>> cache;
+  auto e = cache.get(key_of(kind, s, false), [&] {
+    return make_entry<Backward<Prim>>(s, [&](Backward<Prim>& b, algorithm alg) {
+      const Dims d(s);
+      const auto hint = forward_pd(s, false, dnnl::primitive_attr(), alg);
+      typename Prim::desc desc(alg, any(d.src), any(d.weights), any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+      b.pd = typename Prim::primitive_desc(desc, scratchpad_attr(), engine(), hint);
+      b.prim = Prim(b.pd);
+      for (int i = 0; i < 2; ++i) {
+        b.in_user[i] = plain_desc(d.of(in_args[i]));
+        b.in[i] = Reorder(b.in_user[i], b.layout(in_args[i]));
+      }
+      b.out_user = plain_desc(d.of(out_arg));
+      b.out = Reorder(b.layout(out_arg), b.out_user);
+    });
+  });
+  if (!e->ok) return std::nullopt;
+  const Tensor a = f32_contiguous(*ins[0]), b = f32_contiguous(*ins[1]);
+  Tensor out = empty(out_shape, DType::f32);
+  Tensor hold_a, hold_b, hold_out;
+  const memory out_user = wrap(e->out_user, out);
+  const memory out_mem = e->out.needed ? fresh(e->layout(out_arg), hold_out) : out_user;
+  execute(e->prim, e->pd.scratchpad_desc(),
+          {{in_args[0], in_layout(wrap(e->in_user[0], a), e->layout(in_args[0]), e->in[0], hold_a)},
+           {in_args[1], in_layout(wrap(e->in_user[1], b), e->layout(in_args[1]), e->in[1], hold_b)},
+           {out_arg, out_mem}});
+  e->out.run(out_mem, out_user);
+  return out.to(result_dtype);
+}
+
 }  // namespace
 
 std::optional<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShapes& s) {
@@ -172,68 +219,14 @@ std::optional<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor
 
 std::optional<Tensor> conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& input_shape,
                                             const ConvShapes& s) {
-  static Cache<BackwardData> cache;
-  auto e = cache.get(key_of(1, s, false), [&] {
-    return make_entry<BackwardData>(s, [&](BackwardData& b, algorithm alg) {
-      const Dims d(s);
-      const auto hint = forward_pd(s, false, dnnl::primitive_attr(), alg);
-      bwd_data_t::desc desc(alg, any(d.src), any(d.weights), any(d.dst), d.strides,
-                            d.dilates, d.pad_l, d.pad_r);
-      b.pd = bwd_data_t::primitive_desc(desc, scratchpad_attr(), engine(), hint);
-      b.prim = bwd_data_t(b.pd);
-      b.diff_dst_user = plain_desc(d.dst);
-      b.weights_user = plain_desc(d.weights);
-      b.diff_src_user = plain_desc(d.src);
-      b.diff_dst_in = Reorder(b.diff_dst_user, b.pd.diff_dst_desc());
-      b.weights_in = Reorder(b.weights_user, b.pd.weights_desc());
-      b.diff_src_out = Reorder(b.pd.diff_src_desc(), b.diff_src_user);
-    });
-  });
-  if (!e->ok) return std::nullopt;
-  const Tensor gy = f32_contiguous(grad_out), wc = f32_contiguous(weight);
-  Tensor gx = empty(input_shape, DType::f32);
-  Tensor hold_gy, hold_w, hold_gx;
-  const memory gx_user = wrap(e->diff_src_user, gx);
-  const memory gx_mem = e->diff_src_out.needed ? fresh(e->pd.diff_src_desc(), hold_gx) : gx_user;
-  execute(e->prim, e->pd.scratchpad_desc(),
-          {{DNNL_ARG_DIFF_DST, in_layout(wrap(e->diff_dst_user, gy), e->pd.diff_dst_desc(), e->diff_dst_in, hold_gy)},
-           {DNNL_ARG_WEIGHTS, in_layout(wrap(e->weights_user, wc), e->pd.weights_desc(), e->weights_in, hold_w)},
-           {DNNL_ARG_DIFF_SRC, gx_mem}});
-  e->diff_src_out.run(gx_mem, gx_user);
-  return gx.to(grad_out.dtype());
+  return run_backward<bwd_data_t>(1, s, {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS}, {&grad_out, &weight}, DNNL_ARG_DIFF_SRC,
+                                  input_shape, grad_out.dtype());
 }
 
 std::optional<Tensor> conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                                              const ConvShapes& s) {
-  static Cache<BackwardWeights> cache;
-  auto e = cache.get(key_of(2, s, false), [&] {
-    return make_entry<BackwardWeights>(s, [&](BackwardWeights& b, algorithm alg) {
-      const Dims d(s);
-      const auto hint = forward_pd(s, false, dnnl::primitive_attr(), alg);
-      bwd_weights_t::desc desc(alg, any(d.src), any(d.weights), any(d.dst), d.strides,
-                               d.dilates, d.pad_l, d.pad_r);
-      b.pd = bwd_weights_t::primitive_desc(desc, scratchpad_attr(), engine(), hint);
-      b.prim = bwd_weights_t(b.pd);
-      b.src_user = plain_desc(d.src);
-      b.diff_dst_user = plain_desc(d.dst);
-      b.diff_weights_user = plain_desc(d.weights);
-      b.src_in = Reorder(b.src_user, b.pd.src_desc());
-      b.diff_dst_in = Reorder(b.diff_dst_user, b.pd.diff_dst_desc());
-      b.diff_weights_out = Reorder(b.pd.diff_weights_desc(), b.diff_weights_user);
-    });
-  });
-  if (!e->ok) return std::nullopt;
-  const Tensor gy = f32_contiguous(grad_out), xc = f32_contiguous(x);
-  Tensor gw = empty(weight_shape, DType::f32);
-  Tensor hold_x, hold_gy, hold_gw;
-  const memory gw_user = wrap(e->diff_weights_user, gw);
-  const memory gw_mem = e->diff_weights_out.needed ? fresh(e->pd.diff_weights_desc(), hold_gw) : gw_user;
-  execute(e->prim, e->pd.scratchpad_desc(),
-          {{DNNL_ARG_SRC, in_layout(wrap(e->src_user, xc), e->pd.src_desc(), e->src_in, hold_x)},
-           {DNNL_ARG_DIFF_DST, in_layout(wrap(e->diff_dst_user, gy), e->pd.diff_dst_desc(), e->diff_dst_in, hold_gy)},
-           {DNNL_ARG_DIFF_WEIGHTS, gw_mem}});
-  e->diff_weights_out.run(gw_mem, gw_user);
-  return gw.to(grad_out.dtype());
+  return run_backward<bwd_weights_t>(2, s, {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST}, {&x, &grad_out}, DNNL_ARG_DIFF_WEIGHTS,
+                                     weight_shape, grad_out.dtype());
 }
 
 }  // namespace kiln::cpu::onednn

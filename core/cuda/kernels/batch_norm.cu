@@ -68,6 +68,25 @@ __device__ __forceinline__ void block_sum2(double& a, double& b) {
   }
 }
 
+// s1, s2 += channel c's two partial sums (partial (C, splits, 2)), added in split order.
+__device__ __forceinline__ void combine_splits(const double* partial, int64_t c, int64_t splits, double& s1,
+                                               double& s2) {
+  for (int64_t s = 0; s < splits; ++s) {
+    s1 += partial[(c * splits + s) * 2];
+    s2 += partial[(c * splits + s) * 2 + 1];
+  }
+}
+
+// fn(e, c) for each element e of x (N, C, inner) in a grid-stride loop, with its channel c.
+template <class F>
+__device__ __forceinline__ void for_each_element(const Layout& l, F&& fn) {
+  const int64_t total = l.n * l.channels * l.inner;
+  const int64_t start = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
+  if (start >= total) return;
+  ElementCursor cur(start, step, l.inner, l.channels);
+  for (int64_t e = start; e < total; e += step, cur.advance()) fn(e, cur.c);
+}
+
 // x (N, C, inner) -> partial (C, splits, 2): over range s of channel c (block c * splits + s), the
 // sums of d and d^2 with d = x - shift_c, shift_c = x[0, c, 0] (keeps the variance well
 // conditioned when the mean is large).
@@ -100,10 +119,7 @@ __global__ void finalize_stats_kernel(const T* x, const double* partial, Layout 
   const double m = static_cast<double>(l.n * l.inner);
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < l.channels; c += int64_t(gridDim.x) * blockDim.x) {
     double s1 = 0, s2 = 0;
-    for (int64_t s = 0; s < splits; ++s) {
-      s1 += partial[(c * splits + s) * 2];
-      s2 += partial[(c * splits + s) * 2 + 1];
-    }
+    combine_splits(partial, c, splits, s1, s2);
     const double shift = static_cast<double>(load_acc(x[c * l.inner]));
     const double d = s1 / m;
     const double mu = shift + d;
@@ -133,17 +149,12 @@ template <class T>
 __global__ void normalize_kernel(const T* x, T* y, const dacc_t<T>* mean, const dacc_t<T>* invstd, const dacc_t<T>* w,
                                  const dacc_t<T>* b, Layout l) {
   using A = dacc_t<T>;
-  const int64_t total = l.n * l.channels * l.inner;
-  const int64_t start = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
-  if (start >= total) return;
-  ElementCursor cur(start, step, l.inner, l.channels);
-  for (int64_t e = start; e < total; e += step, cur.advance()) {
-    const int64_t c = cur.c;
+  for_each_element(l, [&](int64_t e, int64_t c) {
     A v = (load_acc(x[e]) - mean[c]) * invstd[c];
     if (w) v = v * w[c];
     if (b) v = v + b[c];
     y[e] = store_as<T>(v);
-  }
+  });
 }
 
 // dy, x (N, C, inner) -> partial (C, splits, 2): sums of dy and dy * x_hat over range s of channel c.
@@ -176,10 +187,7 @@ __global__ void grad_finalize_kernel(const double* partial, int64_t splits, cons
   const double m = static_cast<double>(l.n * l.inner);
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < l.channels; c += int64_t(gridDim.x) * blockDim.x) {
     double s1 = 0, s2 = 0;
-    for (int64_t s = 0; s < splits; ++s) {
-      s1 += partial[(c * splits + s) * 2];
-      s2 += partial[(c * splits + s) * 2 + 1];
-    }
+    combine_splits(partial, c, splits, s1, s2);
     if (dweight) dweight[c] = static_cast<A>(s2);
     if (dbias) dbias[c] = static_cast<A>(s1);
     if (coef) {
@@ -195,12 +203,7 @@ template <class T>
 __global__ void grad_input_kernel(const T* dy, const T* x, const dacc_t<T>* mean, const dacc_t<T>* invstd,
                                   const dacc_t<T>* coef, T* dx, Layout l, bool training) {
   using A = dacc_t<T>;
-  const int64_t total = l.n * l.channels * l.inner;
-  const int64_t start = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
-  if (start >= total) return;
-  ElementCursor cur(start, step, l.inner, l.channels);
-  for (int64_t e = start; e < total; e += step, cur.advance()) {
-    const int64_t c = cur.c;
+  for_each_element(l, [&](int64_t e, int64_t c) {
     const A d = load_acc(dy[e]), k = coef[c * 3];
     if (training) {
       const A xhat = (load_acc(x[e]) - mean[c]) * invstd[c];
@@ -208,7 +211,7 @@ __global__ void grad_input_kernel(const T* dy, const T* x, const dacc_t<T>* mean
     } else {
       dx[e] = store_as<T>(k * d);
     }
-  }
+  });
 }
 
 Tensor as_compute(const Tensor& t, DType dt) { return t.defined() ? t.to(dt).contiguous() : Tensor(); }

@@ -14,12 +14,12 @@ void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) 
   // a > b is b < a and a >= b is b <= a (NaN included): four kernels serve six ops.
   dispatch_numeric_device(a.dtype(), name, [&]<class T>() {
     switch (op) {
-      case CompareOp::eq: return launch_map<bool, T, T>(out, {&a, &b}, fn::Eq{});
-      case CompareOp::ne: return launch_map<bool, T, T>(out, {&a, &b}, fn::Ne{});
-      case CompareOp::lt: return launch_map<bool, T, T>(out, {&a, &b}, fn::Lt{});
-      case CompareOp::le: return launch_map<bool, T, T>(out, {&a, &b}, fn::Le{});
-      case CompareOp::gt: return launch_map<bool, T, T>(out, {&b, &a}, fn::Lt{});
-      case CompareOp::ge: return launch_map<bool, T, T>(out, {&b, &a}, fn::Le{});
+      case CompareOp::eq: return launch_map<bool, T, T>(out, {&a, &b}, formulas::Eq{});
+      case CompareOp::ne: return launch_map<bool, T, T>(out, {&a, &b}, formulas::Ne{});
+      case CompareOp::lt: return launch_map<bool, T, T>(out, {&a, &b}, formulas::Lt{});
+      case CompareOp::le: return launch_map<bool, T, T>(out, {&a, &b}, formulas::Le{});
+      case CompareOp::gt: return launch_map<bool, T, T>(out, {&b, &a}, formulas::Lt{});
+      case CompareOp::ge: return launch_map<bool, T, T>(out, {&b, &a}, formulas::Le{});
     }
     KILN_UNREACHABLE("compare: unknown op ", static_cast<int>(op));
   });

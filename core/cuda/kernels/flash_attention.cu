@@ -57,10 +57,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(FwdParams p) {
 
   const int n_end = key_end(m0, kRowsPerBlock, p.t, p.causal);
   for (int n0 = 0; n0 < n_end; n0 += kCols) {
-    __syncthreads();  // every warp is done with the previous K and V
-    load_tile<T, D, kCols>(ks, k, p.k.st, n0, p.t);
-    load_tile<T, D, kCols>(vs, v, p.v.st, n0, p.t);
-    __syncthreads();
+    load_kv_tiles<T, D, kCols>(ks, vs, k, v, p, n0);
     {
       AccFrag s[kCols / kFrag];  // S = Q_w K^T (16, kCols)
       zero(s);

@@ -177,10 +177,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(BwdParams p) {
 
   const int n_end = key_end(m0, kRowsPerBlock, p.t, p.causal);
   for (int n0 = 0; n0 < n_end; n0 += kCols) {
-    __syncthreads();  // every warp is done with the previous K and V
-    load_tile<T, D, kCols>(ks, k, p.k.st, n0, p.t);
-    load_tile<T, D, kCols>(vs, v, p.v.st, n0, p.t);
-    __syncthreads();
+    load_kv_tiles<T, D, kCols>(ks, vs, k, v, p, n0);
 
     AccFrag s[kN], ds[kN];  // S = Q_w K^T, dP = dO_w V^T (16, kCols); then dS = P (dP - delta)
     zero(s);

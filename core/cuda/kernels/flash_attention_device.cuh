@@ -74,6 +74,17 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t st, int 
   }
 }
 
+// The K and V tiles of keys [n0, n0 + kRows) into shared memory for one step of a loop over key
+// tiles, between barriers: every warp is done with the previous tiles before they are overwritten,
+// and the new ones are complete before any warp reads them. `p` is FwdParams or BwdParams.
+template <class T, int D, int kRows, class Params>
+__device__ __forceinline__ void load_kv_tiles(T* ks, T* vs, const T* k, const T* v, const Params& p, int n0) {
+  __syncthreads();
+  load_tile<T, D, kRows>(ks, k, p.k.st, n0, p.t);
+  load_tile<T, D, kRows>(vs, v, p.v.st, n0, p.t);
+  __syncthreads();
+}
+
 // tab (2, 16, 16) f32: tab[0][r][c] = r, tab[1][r][c] = c. Call before a __syncthreads.
 __device__ __forceinline__ void fill_index_tables(float* tab) {
   for (int i = threadIdx.x; i < kFrag * kFrag; i += kThreads) {

@@ -35,6 +35,13 @@ void check_list(const char* op, const char* what, const std::vector<Tensor>& lis
   }
 }
 
+// fn<T>() with T the parameters' type: double for f64, float for f32 (the only two the checks pass).
+template <class F>
+void with_param_type(DType dt, F&& fn) {
+  if (dt == DType::f64) fn.template operator()<double>();
+  else fn.template operator()<float>();
+}
+
 // params: f32/f64, one CUDA device; steps: one-element i64 on that device. Returns the dtype.
 DType check_params_and_steps(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& steps) {
   KILN_CHECK(!params.empty(), op, ": no parameters");
@@ -344,16 +351,9 @@ void adamw_step(const AdamWTensors& t, const AdamWHyper& h, const Tensor& found_
   const float* flag = flag_ptr(op, found_inf, t.params[0].device());
   cudaStream_t stream = stream_for(t.params[0]);
   advance_steps(t.steps, flag, stream);  // first: the kernels read the new count
-  auto run = [&]<class T>() {
-    if (h.amsgrad)
-      launch_adamw<T, true>(t, h, flag, stream);
-    else
-      launch_adamw<T, false>(t, h, flag, stream);
-  };
-  if (dt == DType::f64)
-    run.template operator()<double>();
-  else
-    run.template operator()<float>();
+  with_param_type(dt, [&]<class T>() {
+    dispatch_bool(h.amsgrad, [&]<bool kAmsgrad>() { launch_adamw<T, kAmsgrad>(t, h, flag, stream); });
+  });
 }
 
 void sgd_step(const SGDTensors& t, const SGDHyper& h, const Tensor& found_inf) {
@@ -369,16 +369,9 @@ void sgd_step(const SGDTensors& t, const SGDHyper& h, const Tensor& found_inf) {
   const float* flag = flag_ptr(op, found_inf, t.params[0].device());
   cudaStream_t stream = stream_for(t.params[0]);
   advance_steps(t.steps, flag, stream);
-  auto run = [&]<class T>() {
-    if (momentum)
-      launch_sgd<T, true>(t, h, flag, stream);
-    else
-      launch_sgd<T, false>(t, h, flag, stream);
-  };
-  if (dt == DType::f64)
-    run.template operator()<double>();
-  else
-    run.template operator()<float>();
+  with_param_type(dt, [&]<class T>() {
+    dispatch_bool(momentum, [&]<bool kMomentum>() { launch_sgd<T, kMomentum>(t, h, flag, stream); });
+  });
 }
 
 GradNorm grad_norm(const std::vector<Tensor>& grads, double norm_type, double max_norm) {

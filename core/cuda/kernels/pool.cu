@@ -146,6 +146,23 @@ __global__ void adaptive_avg_pool_backward_kernel(const T* gy, T* gx, int64_t pl
 
 TensorOptions like(const Tensor& t, DType dtype) { return TensorOptions(dtype).device(t.device()); }
 
+// out (fresh, of out_shape, in's dtype and device) = one thread per output element:
+// launch<T>(in (contiguous), out, grid, stream) starts the kernel (the average pools and their
+// backwards).
+template <class Launch>
+Tensor launch_per_output(const char* op, const Tensor& in, const Shape& out_shape, Launch&& launch) {
+  Tensor out = empty(out_shape, like(in, in.dtype()));
+  const int64_t total = out.numel();
+  if (total == 0) return out;
+  const Tensor ic = in.contiguous();
+  cudaStream_t s = stream_for(ic);
+  dispatch_floating_device(in.dtype(), op, [&]<class T>() {
+    launch.template operator()<T>(ptr<T>(ic), ptr<T>(out), blocks_for(total), s);
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+  return out;
+}
+
 }  // namespace
 
 ops::MaxPool2dResult max_pool2d(const Tensor& x, const PoolWindow& window) {
@@ -197,62 +214,37 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
 
 Tensor avg_pool2d(const Tensor& x, const PoolWindow& window) {
   const Planes p = planes_of(x.shape());
-  Tensor out = empty(with_plane(x.shape(), window.oh, window.ow), like(x, x.dtype()));
-  const int64_t total = out.numel();
-  if (total == 0) return out;
-  const Tensor xc = x.contiguous();
-  cudaStream_t s = stream_for(xc);
-  dispatch_floating_device(x.dtype(), "avg_pool2d", [&]<class T>() {
-    avg_pool_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(ptr<T>(xc), ptr<T>(out), p.count, p.h, p.w, window);
-    KILN_CUDA_CHECK_LAUNCH();
-  });
-  return out;
+  return launch_per_output("avg_pool2d", x, with_plane(x.shape(), window.oh, window.ow),
+                           [&]<class T>(const T* xp, T* yp, int blocks, cudaStream_t s) {
+                             avg_pool_kernel<T><<<blocks, kThreads, 0, s>>>(xp, yp, p.count, p.h, p.w, window);
+                           });
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const PoolWindow& window) {
   const Planes p = planes_of(input_shape);
-  Tensor gx = empty(input_shape, like(grad_out, grad_out.dtype()));
-  const int64_t total = gx.numel();
-  if (total == 0) return gx;
-  const Tensor gy = grad_out.contiguous();
-  cudaStream_t s = stream_for(gy);
-  dispatch_floating_device(gy.dtype(), "avg_pool2d_backward", [&]<class T>() {
-    avg_pool_backward_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(ptr<T>(gy), ptr<T>(gx), p.count, p.h, p.w,
-                                                                       window);
-    KILN_CUDA_CHECK_LAUNCH();
-  });
-  return gx;
+  return launch_per_output("avg_pool2d_backward", grad_out, input_shape,
+                           [&]<class T>(const T* gy, T* gx, int blocks, cudaStream_t s) {
+                             avg_pool_backward_kernel<T><<<blocks, kThreads, 0, s>>>(gy, gx, p.count, p.h, p.w, window);
+                           });
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
   const Planes p = planes_of(x.shape());
-  Tensor out = empty(with_plane(x.shape(), output_size.h, output_size.w), like(x, x.dtype()));
-  const int64_t total = out.numel();
-  if (total == 0) return out;
-  const Tensor xc = x.contiguous();
-  cudaStream_t s = stream_for(xc);
-  dispatch_floating_device(x.dtype(), "adaptive_avg_pool2d", [&]<class T>() {
-    adaptive_avg_pool_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(ptr<T>(xc), ptr<T>(out), p.count, p.h, p.w,
-                                                                       output_size.h, output_size.w);
-    KILN_CUDA_CHECK_LAUNCH();
-  });
-  return out;
+  return launch_per_output("adaptive_avg_pool2d", x, with_plane(x.shape(), output_size.h, output_size.w),
+                           [&]<class T>(const T* xp, T* yp, int blocks, cudaStream_t s) {
+                             adaptive_avg_pool_kernel<T><<<blocks, kThreads, 0, s>>>(xp, yp, p.count, p.h, p.w,
+                                                                                    output_size.h, output_size.w);
+                           });
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape) {
   const Planes p = planes_of(input_shape);
   const int64_t oh = grad_out.size(grad_out.dim() - 2), ow = grad_out.size(grad_out.dim() - 1);
-  Tensor gx = empty(input_shape, like(grad_out, grad_out.dtype()));
-  const int64_t total = gx.numel();
-  if (total == 0) return gx;
-  const Tensor gy = grad_out.contiguous();
-  cudaStream_t s = stream_for(gy);
-  dispatch_floating_device(gy.dtype(), "adaptive_avg_pool2d_backward", [&]<class T>() {
-    adaptive_avg_pool_backward_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(ptr<T>(gy), ptr<T>(gx), p.count, p.h,
-                                                                                p.w, oh, ow);
-    KILN_CUDA_CHECK_LAUNCH();
-  });
-  return gx;
+  return launch_per_output("adaptive_avg_pool2d_backward", grad_out, input_shape,
+                           [&]<class T>(const T* gy, T* gx, int blocks, cudaStream_t s) {
+                             adaptive_avg_pool_backward_kernel<T><<<blocks, kThreads, 0, s>>>(gy, gx, p.count, p.h,
+                                                                                             p.w, oh, ow);
+                           });
 }
 
 }  // namespace kiln::cuda

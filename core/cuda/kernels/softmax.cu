@@ -5,23 +5,16 @@
 // walking n with stride inner, so neighbouring threads read neighbouring addresses.
 #include <kiln/core/cuda/kernels/softmax.h>
 
+#include <kiln/core/cuda/kernels/elementwise_functors.cuh>
 #include <kiln/core/cuda/kernels/softmax.cuh>
+#include <kiln/core/formulas.h>
 
 namespace kiln::cuda {
 
 namespace {
 
+using fn::DeviceMath;
 using rowwise::MaxSum;
-
-struct Layout {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-Layout layout_of(const Tensor& x, int64_t dim) {
-  Layout l;
-  for (int64_t k = 0; k < x.dim(); ++k) (k < dim ? l.outer : k == dim ? l.n : l.inner) *= x.size(k);
-  return l;
-}
 
 template <class T, int V, bool Log>
 __global__ void __launch_bounds__(1024, 1) softmax_rows_kernel(T* __restrict__ y,        // (rows, n)
@@ -41,12 +34,12 @@ __global__ void __launch_bounds__(1024, 1) softmax_rows_kernel(T* __restrict__ y
       for (int k = 0; k < V; ++k) ms.add(v[k]);
     }
     ms = rowwise::row_max_sum(ms, scratch);
-    const A lse = ms.lse(), inv = A(1) / ms.sum();
+    const A stat = Log ? ms.lse() : A(1) / ms.sum();  // formulas::softmax_from_stats
     for (int64_t j = int64_t(threadIdx.x) * V; j < n; j += int64_t(blockDim.x) * V) {
       A v[V];
       rowwise::load_pack<V>(xr + j, v);
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = Log ? v[k] - lse : rowwise::exp_of(v[k] - ms.m) * inv;
+      for (int k = 0; k < V; ++k) v[k] = formulas::softmax_from_stats<DeviceMath, Log>(v[k], ms.m, stat);
       rowwise::store_pack<V>(yr + j, v);
     }
   }
@@ -57,17 +50,15 @@ __global__ void softmax_columns_kernel(T* __restrict__ y,        // (outer, n, i
                                        const T* __restrict__ x,  // (outer, n, inner)
                                        int64_t outer, int64_t n, int64_t inner) {
   using A = dacc_t<T>;
-  const int64_t columns = outer * inner;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t base = (c / inner) * n * inner + c % inner;
+  rowwise::for_each_column(outer, n, inner, [&](int64_t base) {
     MaxSum<A> ms;
     for (int64_t r = 0; r < n; ++r) ms.add(load_acc(x[base + r * inner]));
-    const A lse = ms.lse(), inv = A(1) / ms.sum();
+    const A stat = Log ? ms.lse() : A(1) / ms.sum();  // formulas::softmax_from_stats
     for (int64_t r = 0; r < n; ++r) {
       const A v = load_acc(x[base + r * inner]);
-      y[base + r * inner] = store_as<T>(Log ? v - lse : rowwise::exp_of(v - ms.m) * inv);
+      y[base + r * inner] = store_as<T>(formulas::softmax_from_stats<DeviceMath, Log>(v, ms.m, stat));
     }
-  }
+  });
 }
 
 // softmax: gi = y * (g - sum(g * y)); log_softmax: gi = g - exp(y) * sum(g).
@@ -87,7 +78,7 @@ __global__ void __launch_bounds__(1024, 1) softmax_backward_rows_kernel(T* __res
       rowwise::load_pack<V>(g + base + j, gv);
       rowwise::load_pack<V>(y + base + j, yv);
 #pragma unroll
-      for (int k = 0; k < V; ++k) s[0] += Log ? gv[k] : gv[k] * yv[k];
+      for (int k = 0; k < V; ++k) s[0] += formulas::softmax_grad_term<Log>(gv[k], yv[k]);
     }
     rowwise::row_sum<1>(s, scratch);
     for (int64_t j = int64_t(threadIdx.x) * V; j < n; j += int64_t(blockDim.x) * V) {
@@ -95,7 +86,7 @@ __global__ void __launch_bounds__(1024, 1) softmax_backward_rows_kernel(T* __res
       rowwise::load_pack<V>(g + base + j, gv);
       rowwise::load_pack<V>(y + base + j, yv);
 #pragma unroll
-      for (int k = 0; k < V; ++k) gv[k] = Log ? gv[k] - rowwise::exp_of(yv[k]) * s[0] : yv[k] * (gv[k] - s[0]);
+      for (int k = 0; k < V; ++k) gv[k] = formulas::softmax_grad<DeviceMath, Log>(gv[k], yv[k], s[0]);
       rowwise::store_pack<V>(gi + base + j, gv);
     }
   }
@@ -107,78 +98,83 @@ __global__ void softmax_backward_columns_kernel(T* __restrict__ gi,       // (ou
                                                 const T* __restrict__ y,  // (outer, n, inner)
                                                 int64_t outer, int64_t n, int64_t inner) {
   using A = dacc_t<T>;
-  const int64_t columns = outer * inner;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t base = (c / inner) * n * inner + c % inner;
+  rowwise::for_each_column(outer, n, inner, [&](int64_t base) {
     A s = 0;
     for (int64_t r = 0; r < n; ++r) {
       const int64_t k = base + r * inner;
-      s += Log ? load_acc(g[k]) : load_acc(g[k]) * load_acc(y[k]);
+      s += formulas::softmax_grad_term<Log>(load_acc(g[k]), load_acc(y[k]));
     }
     for (int64_t r = 0; r < n; ++r) {
       const int64_t k = base + r * inner;
-      const A gv = load_acc(g[k]), yv = load_acc(y[k]);
-      gi[k] = store_as<T>(Log ? gv - rowwise::exp_of(yv) * s : yv * (gv - s));
+      gi[k] = store_as<T>(formulas::softmax_grad<DeviceMath, Log>(load_acc(g[k]), load_acc(y[k]), s));
     }
-  }
+  });
 }
 
-template <bool Log>
-Tensor forward(const char* op, const Tensor& x_in, int64_t dim) {
-  cudaStream_t s = stream_for(x_in);
-  const Tensor x = x_in.contiguous();
-  const Layout l = layout_of(x, dim);
-  Tensor y = empty(x.shape(), x.dtype(), x.device());
-  if (x.numel() == 0) return y;
-  dispatch_floating_device(x.dtype(), op, [&]<class T>() {
-    if (l.inner == 1) {
-      const bool vec = rowwise::can_vectorize(l.n, rowwise::kVec<T>, {x.data_ptr(), y.data_ptr()});
-      rowwise::with_vec<T>(vec, [&]<int V>() {
-        const rowwise::RowLaunch rl = rowwise::row_launch(l.outer, l.n, V);
-        softmax_rows_kernel<T, V, Log>
-            <<<rowwise::grid_of(rl), rowwise::block_of(rl), 0, s>>>(ptr<T>(y), ptr<T>(x), l.outer, l.n);
-      });
-    } else {
-      softmax_columns_kernel<T, Log>
-          <<<blocks_for(l.outer * l.inner), kThreads, 0, s>>>(ptr<T>(y), ptr<T>(x), l.outer, l.n, l.inner);
-    }
+// out (fresh, like `first`'s dtype and shape) = one of softmax's kernels over the inputs (contiguous
+// and of one shape), chosen per dtype T and Log: kernel<T, Log, V>(out, launch) with V > 0 the
+// pack width of the row kernels (dim is the last, inner == 1: Note [Row launches]), V = 0 the
+// column kernels (one thread per (outer, inner) column).
+struct SoftmaxLaunch {
+  dim3 grid, block;
+  cudaStream_t stream;
+  formulas::DimSplit l;
+};
+template <class Kernel>
+Tensor launch_rows_or_columns(const char* op, std::initializer_list<const Tensor*> ins, int64_t dim, bool log,
+                              Kernel&& kernel) {
+  const Tensor& first = **ins.begin();
+  Tensor out = empty(first.shape(), first.dtype(), first.device());
+  if (first.numel() == 0) return out;
+  SoftmaxLaunch at{dim3(), dim3(), stream_for(first), formulas::split_at(first.shape(), dim)};
+  KILN_ASSERT(ins.size() <= 2, op, ": at most two inputs");
+  const void* in1 = ins.size() > 1 ? (*(ins.begin() + 1))->data_ptr() : nullptr;
+  dispatch_floating_device(first.dtype(), op, [&]<class T>() {
+    dispatch_bool(log, [&]<bool Log>() {
+      if (at.l.inner == 1) {
+        const bool vec = rowwise::can_vectorize(at.l.n, rowwise::kVec<T>, {out.data_ptr(), first.data_ptr(), in1});
+        rowwise::with_vec<T>(vec, [&]<int V>() {
+          const rowwise::RowLaunch rl = rowwise::row_launch(at.l.outer, at.l.n, V);
+          at.grid = rowwise::grid_of(rl);
+          at.block = rowwise::block_of(rl);
+          kernel.template operator()<T, Log, V>(out, at);
+        });
+      } else {
+        at.grid = dim3(blocks_for(at.l.outer * at.l.inner));
+        at.block = dim3(kThreads);
+        kernel.template operator()<T, Log, 0>(out, at);
+      }
+    });
     KILN_CUDA_CHECK_LAUNCH();
   });
-  return y;
-}
-
-template <bool Log>
-Tensor backward(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim) {
-  cudaStream_t s = stream_for(out);
-  const Tensor g = grad_out.contiguous(), y = out.contiguous();
-  const Layout l = layout_of(y, dim);
-  Tensor gi = empty(y.shape(), y.dtype(), y.device());
-  if (y.numel() == 0) return gi;
-  dispatch_floating_device(y.dtype(), op, [&]<class T>() {
-    if (l.inner == 1) {
-      const bool vec = rowwise::can_vectorize(l.n, rowwise::kVec<T>, {g.data_ptr(), y.data_ptr(), gi.data_ptr()});
-      rowwise::with_vec<T>(vec, [&]<int V>() {
-        const rowwise::RowLaunch rl = rowwise::row_launch(l.outer, l.n, V);
-        softmax_backward_rows_kernel<T, V, Log><<<rowwise::grid_of(rl), rowwise::block_of(rl), 0, s>>>(
-            ptr<T>(gi), ptr<T>(g), ptr<T>(y), l.outer, l.n);
-      });
-    } else {
-      softmax_backward_columns_kernel<T, Log><<<blocks_for(l.outer * l.inner), kThreads, 0, s>>>(
-          ptr<T>(gi), ptr<T>(g), ptr<T>(y), l.outer, l.n, l.inner);
-    }
-    KILN_CUDA_CHECK_LAUNCH();
-  });
-  return gi;
+  return out;
 }
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim, bool log) {
-  return log ? forward<true>("log_softmax", x, dim) : forward<false>("softmax", x, dim);
+Tensor softmax(const char* op, const Tensor& x_in, int64_t dim, bool log) {
+  const Tensor x = x_in.contiguous();
+  return launch_rows_or_columns(op, {&x}, dim, log,
+                                [&]<class T, bool Log, int V>(const Tensor& y, const SoftmaxLaunch& at) {
+    if constexpr (V > 0)
+      softmax_rows_kernel<T, V, Log><<<at.grid, at.block, 0, at.stream>>>(ptr<T>(y), ptr<T>(x), at.l.outer, at.l.n);
+    else
+      softmax_columns_kernel<T, Log><<<at.grid, at.block, 0, at.stream>>>(ptr<T>(y), ptr<T>(x), at.l.outer, at.l.n,
+                                                                          at.l.inner);
+  });
 }
-Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim, bool log) {
-  return log ? backward<true>("log_softmax_backward", grad_out, out, dim)
-             : backward<false>("softmax_backward", grad_out, out, dim);
+
+Tensor softmax_backward(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim, bool log) {
+  const Tensor y = out.contiguous(), g = grad_out.contiguous();
+  return launch_rows_or_columns(op, {&y, &g}, dim, log,
+                                [&]<class T, bool Log, int V>(const Tensor& gi, const SoftmaxLaunch& at) {
+    if constexpr (V > 0)
+      softmax_backward_rows_kernel<T, V, Log><<<at.grid, at.block, 0, at.stream>>>(ptr<T>(gi), ptr<T>(g), ptr<T>(y),
+                                                                                   at.l.outer, at.l.n);
+    else
+      softmax_backward_columns_kernel<T, Log><<<at.grid, at.block, 0, at.stream>>>(ptr<T>(gi), ptr<T>(g), ptr<T>(y),
+                                                                                   at.l.outer, at.l.n, at.l.inner);
+  });
 }
 
 }  // namespace kiln::cuda

@@ -103,4 +103,14 @@ void with_vec(bool vectorize, F&& f) {
 inline dim3 block_of(const RowLaunch& l) { return dim3(static_cast<unsigned>(l.block_x), static_cast<unsigned>(l.block_y)); }
 inline dim3 grid_of(const RowLaunch& l) { return dim3(static_cast<unsigned>(l.grid)); }
 
+// fn(base) for each column of an (outer, n, inner) tensor, one thread per column in a grid-stride
+// loop (the kernels for a dim other than the last): the column's r-th element is base + r * inner.
+template <class F>
+__device__ __forceinline__ void for_each_column(int64_t outer, int64_t n, int64_t inner, F&& fn) {
+  const int64_t columns = outer * inner;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += step)
+    fn((c / inner) * n * inner + c % inner);
+}
+
 }  // namespace kiln::cuda::rowwise

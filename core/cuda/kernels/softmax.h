@@ -1,5 +1,5 @@
-// CUDA softmax / log_softmax along one dim and their backward kernels (the launchers behind
-// core/ops/softmax.h for CUDA tensors). dim is already wrapped; inputs may have any layout.
+// softmax and its backward on CUDA (softmax.cu), declared in core/kernels/softmax.inc (Note
+// [Kernel interfaces]).
 #pragma once
 
 #include <cstdint>
@@ -7,9 +7,5 @@
 #include <kiln/core/tensor.h>
 
 namespace kiln::cuda {
-
-// log = true: log_softmax and its backward.
-Tensor softmax(const Tensor& x, int64_t dim, bool log);
-Tensor softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t dim, bool log);
-
+#include <kiln/core/kernels/softmax.inc>
 }  // namespace kiln::cuda

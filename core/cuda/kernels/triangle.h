@@ -1,5 +1,5 @@
-// CUDA launcher for triu/tril (core/ops/triangle.h): the front checks the arguments and allocates
-// the output. No CUDA headers here.
+// triu/tril on CUDA (triangle.cu; no CUDA headers here), declared in
+// core/kernels/triangle.inc (Note [Kernel interfaces]).
 #pragma once
 
 #include <cstdint>
@@ -7,9 +7,5 @@
 #include <kiln/core/tensor.h>
 
 namespace kiln::cuda {
-
-// out (contiguous, x's shape and dtype; at least 2 dims) = x where row i keeps the columns
-// j with j - i >= diagonal (upper) or j - i <= diagonal (lower), and 0 elsewhere. x: any strides.
-void triangle(const Tensor& out, const Tensor& x, int64_t diagonal, bool upper);
-
+#include <kiln/core/kernels/triangle.inc>
 }  // namespace kiln::cuda

@@ -10,20 +10,24 @@
 
 namespace kiln::cuda::batch_norm_index {
 
+// (hi, lo) += (step_hi, step_lo) for a two-digit number whose low digit runs in [0, inner), with
+// lo, step_lo < inner: the cursors' step without a division.
+KILN_HOST_DEVICE inline void add_digits(int64_t& hi, int64_t& lo, int64_t step_hi, int64_t step_lo, int64_t inner) {
+  lo += step_lo;
+  hi += step_hi;
+  if (lo >= inner) {
+    lo -= inner;
+    ++hi;
+  }
+}
+
 // Position j (0 <= j < N*inner) among one channel's elements as n = j / inner, i = j % inner;
 // advance() moves it by `step`.
 struct ChannelCursor {
   int64_t n, i, step_n, step_i, inner;
   KILN_HOST_DEVICE ChannelCursor(int64_t j, int64_t step, int64_t inner_)
       : n(j / inner_), i(j % inner_), step_n(step / inner_), step_i(step % inner_), inner(inner_) {}
-  KILN_HOST_DEVICE void advance() {
-    i += step_i;
-    n += step_n;
-    if (i >= inner) {
-      i -= inner;
-      ++n;
-    }
-  }
+  KILN_HOST_DEVICE void advance() { add_digits(n, i, step_n, step_i, inner); }
   // The flat offset of (n, c, i) in (N, channels, inner).
   KILN_HOST_DEVICE int64_t offset(int64_t c, int64_t channels) const { return (n * channels + c) * inner + i; }
 };
@@ -40,12 +44,7 @@ struct ElementCursor {
         inner(inner_),
         channels(channels_) {}
   KILN_HOST_DEVICE void advance() {
-    i += step_i;
-    c += step_c;
-    if (i >= inner) {
-      i -= inner;
-      ++c;
-    }
+    add_digits(c, i, step_c, step_i, inner);
     if (c >= channels) c -= channels;  // c + step_c + 1 <= 2 * channels - 1
   }
 };

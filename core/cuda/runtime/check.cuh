@@ -15,3 +15,18 @@
 
 // After every kernel launch.
 #define KILN_CUDA_CHECK_LAUNCH() KILN_CUDA_CHECK(cudaGetLastError())
+
+namespace kiln::cuda {
+
+// The answer of cudaStreamQuery / cudaEventQuery as "done": false for cudaErrorNotReady (cleared,
+// so that it does not surface at the next check), true for success; any other error throws.
+inline bool query_done(cudaError_t err) {
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  KILN_CUDA_CHECK(err);
+  return true;
+}
+
+}  // namespace kiln::cuda

@@ -85,28 +85,19 @@ int cudnn_int(int64_t v, const char* op, const char* what) {
 
 // --- descriptors ---------------------------------------------------------------------------------
 
-namespace {
-void log_destroy(cudnnStatus_t s, const char* what) {
-  if (s != CUDNN_STATUS_SUCCESS) std::fprintf(stderr, "kiln: destroying a cuDNN %s failed: %s\n", what, cudnnGetErrorString(s));
+void cudnn_log_destroy(cudnnStatus_t status) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    std::fprintf(stderr, "kiln: destroying a cuDNN descriptor failed: %s\n", cudnnGetErrorString(status));
 }
-}  // namespace
 
-TensorDescriptor::TensorDescriptor() { KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_)); }
-TensorDescriptor::~TensorDescriptor() { log_destroy(cudnnDestroyTensorDescriptor(desc_), "tensor descriptor"); }
 void TensorDescriptor::set(cudnnDataType_t dtype, int n, int c, int h, int w) {
   KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, dtype, n, c, h, w));
 }
 
-FilterDescriptor::FilterDescriptor() { KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_)); }
-FilterDescriptor::~FilterDescriptor() { log_destroy(cudnnDestroyFilterDescriptor(desc_), "filter descriptor"); }
 void FilterDescriptor::set(cudnnDataType_t dtype, int o, int c, int kh, int kw) {
   KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, dtype, CUDNN_TENSOR_NCHW, o, c, kh, kw));
 }
 
-ConvolutionDescriptor::ConvolutionDescriptor() { KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc_)); }
-ConvolutionDescriptor::~ConvolutionDescriptor() {
-  log_destroy(cudnnDestroyConvolutionDescriptor(desc_), "convolution descriptor");
-}
 void ConvolutionDescriptor::set(int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h, int dilation_w,
                                 int groups, cudnnDataType_t compute, cudnnMathType_t math) {
   KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc_, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w,

@@ -24,50 +24,45 @@ cudnnDataType_t cudnn_dtype(DType t, const char* op);
 // v as an int for a cuDNN descriptor, failing with `what` when it does not fit.
 int cudnn_int(int64_t v, const char* op, const char* what);
 
-// Each descriptor is created in its constructor and destroyed in its destructor (a failed destroy
-// is logged, never thrown). Not copyable.
-class TensorDescriptor {
+// Logs a failed destroy of a cuDNN descriptor (destructors never throw).
+void cudnn_log_destroy(cudnnStatus_t status);
+
+// Owns one cuDNN descriptor of type Desc: made by Create in the constructor, released by Destroy in
+// the destructor (a failed destroy is logged, never thrown). Not copyable.
+template <class Desc, cudnnStatus_t (*Create)(Desc*), cudnnStatus_t (*Destroy)(Desc)>
+class Descriptor {
  public:
-  TensorDescriptor();
-  ~TensorDescriptor();
-  TensorDescriptor(const TensorDescriptor&) = delete;
-  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
+  Descriptor() { KILN_CUDNN_CHECK(Create(&desc_)); }
+  ~Descriptor() { cudnn_log_destroy(Destroy(desc_)); }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Desc get() const { return desc_; }
+
+ protected:
+  Desc desc_ = nullptr;
+};
+
+class TensorDescriptor
+    : public Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor> {
+ public:
   // A packed NCHW tensor.
   void set(cudnnDataType_t dtype, int n, int c, int h, int w);
-  cudnnTensorDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnTensorDescriptor_t desc_ = nullptr;
 };
 
-class FilterDescriptor {
+class FilterDescriptor
+    : public Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor> {
  public:
-  FilterDescriptor();
-  ~FilterDescriptor();
-  FilterDescriptor(const FilterDescriptor&) = delete;
-  FilterDescriptor& operator=(const FilterDescriptor&) = delete;
   // A packed (O, C/groups, kh, kw) filter.
   void set(cudnnDataType_t dtype, int o, int c, int kh, int kw);
-  cudnnFilterDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnFilterDescriptor_t desc_ = nullptr;
 };
 
-class ConvolutionDescriptor {
+class ConvolutionDescriptor : public Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                                                cudnnDestroyConvolutionDescriptor> {
  public:
-  ConvolutionDescriptor();
-  ~ConvolutionDescriptor();
-  ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
-  ConvolutionDescriptor& operator=(const ConvolutionDescriptor&) = delete;
   // Cross-correlation (torch's conv2d) computing in `compute`, with `groups` groups.
   void set(int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h, int dilation_w, int groups,
            cudnnDataType_t compute, cudnnMathType_t math);
   void set_math(cudnnMathType_t math);
-  cudnnConvolutionDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnConvolutionDescriptor_t desc_ = nullptr;
 };
 
 }  // namespace kiln::cuda

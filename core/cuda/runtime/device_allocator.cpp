@@ -55,15 +55,7 @@ class CudaDeviceMemory final : public DeviceMemory {
     KILN_CUDA_CHECK(err);
     return e;
   }
-  bool event_done(void* event) override {
-    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (err == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    KILN_CUDA_CHECK(err);
-    return true;
-  }
+  bool event_done(void* event) override { return query_done(cudaEventQuery(static_cast<cudaEvent_t>(event))); }
   void synchronize_event(void* event) override {
     note_host_sync();
     KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
@@ -221,13 +213,10 @@ class PinnedHostAllocator final : public Allocator {
       Block& b = blocks_.at(p);
       bool done = true;
       for (auto& [s, e] : b.events) {
-        cudaError_t err = cudaEventQuery(e);
-        if (err == cudaErrorNotReady) {
-          (void)cudaGetLastError();
+        if (!query_done(cudaEventQuery(e))) {
           done = false;
           break;
         }
-        KILN_CUDA_CHECK(err);
       }
       if (!done) {
         pending_[kept++] = p;

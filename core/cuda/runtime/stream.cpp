@@ -73,13 +73,7 @@ void Stream::synchronize() const {
 
 bool Stream::query() const {
   DeviceGuard guard(device_);
-  cudaError_t err = cudaStreamQuery(static_cast<cudaStream_t>(handle_));
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  KILN_CUDA_CHECK(err);
-  return true;
+  return query_done(cudaStreamQuery(static_cast<cudaStream_t>(handle_)));
 }
 
 Stream current_stream(int device) {
@@ -152,13 +146,7 @@ void Event::synchronize() const {
 
 bool Event::query() const {
   if (!handle_) return true;
-  cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(handle_));
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  KILN_CUDA_CHECK(err);
-  return true;
+  return query_done(cudaEventQuery(static_cast<cudaEvent_t>(handle_)));
 }
 
 float Event::elapsed_ms(const Event& end) const {
