@@ -30,6 +30,11 @@ mount --bind /dev/pts "$root/dev/pts"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 # What a CI machine has before .ci/run: git, and the clone.
 chroot "$root" bash -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git ca-certificates >/dev/null'
+# This machine's own extra certificate authorities (a network that inspects HTTPS), as on the host.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null 2>&1
+fi
 git clone -q "$repo" "$root/root/kiln"
 ready=$(date +%s)
 echo "ci-cold.sh: fresh bookworm and clone of $(git -C "$repo" rev-parse --short HEAD) in $(( ready - start )) s; running .ci/run (log: $log)"
