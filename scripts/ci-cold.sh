@@ -14,6 +14,7 @@ log=$root.log
 
 unmount_all() {
   for m in dev/pts dev sys proc; do mountpoint -q "$root/$m" && umount -l "$root/$m"; done
+  mountpoint -q "$root" && umount -l "$root"
   return 0
 }
 if [ -d "$root" ]; then
@@ -23,6 +24,9 @@ fi
 start=$(date +%s)
 debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
 trap unmount_all EXIT
+# The root a mount point of its own: `ip netns exec`/`ip -n` remount / as a slave, which fails on a
+# plain directory (the multi-host tests would skip).
+mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount -t sysfs sysfs "$root/sys"
 mount --bind /dev "$root/dev"
