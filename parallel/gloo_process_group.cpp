@@ -15,6 +15,8 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <signal.h>
+
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -516,8 +518,23 @@ class GlooProcessGroup final : public ProcessGroup {
 
 }  // namespace
 
+// Note [SIGPIPE and dead peers]: Gloo's TCP transport writes to its peers' sockets; when a peer
+// has died, the write raises SIGPIPE, whose default action kills this rank silently (exit by
+// signal 13), so the survivors' named error ("not reached by rank 2") never happens on them. Python
+// ignores SIGPIPE in every process, and so every torch rank does; kiln-run's workers do too. A
+// group of several ranks ignores it here as well when it still has the default action (a program's
+// own handler, or SIG_IGN, is left alone), so a rank launched by srun, mpirun or fork behaves the same.
+static void ignore_default_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, nullptr);
+}
+
 std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                       const GlooOptions& options) {
+  if (size > 1) ignore_default_sigpipe();
   return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, options);
 }
 

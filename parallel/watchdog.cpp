@@ -213,7 +213,8 @@ std::string Watchdog::dump(const std::string& reason) {
 struct Watchdog::ProgressRead {
   std::mutex mutex;
   std::condition_variable cv;
-  bool done = false;
+  bool done = false;       // the peers' progress is read (or could not be)
+  bool announced = false;  // the failure note is in the store (or could not be put there)
   std::vector<PeerProgress> peers;
   std::string error;
 };
@@ -269,6 +270,11 @@ std::string Watchdog::late_ranks(uint64_t seq, const std::string& failure_note) 
       } catch (const std::exception&) {
         // the peers' own deadlines still hold
       }
+      {
+        std::lock_guard<std::mutex> lock(read->mutex);
+        read->announced = true;
+      }
+      read->cv.notify_all();
     }).detach();
   }
   std::vector<PeerProgress> peers(options_.size);
@@ -281,6 +287,12 @@ std::string Watchdog::late_ranks(uint64_t seq, const std::string& failure_note) 
     else
       store_error = read->error;
     peers = read->peers;
+    // Note [Announce before throwing]: the failure note reaches the store before this rank's
+    // error is raised, so a rank that exits on the error (or _exits in a test) has still told its
+    // peers to dump their flight recorders. The wait is bounded: a store that stopped answering
+    // holds up the report by at most a second more.
+    if (!failure_note.empty() && store_error.empty())
+      read->cv.wait_for(lock, std::chrono::seconds(1), [&] { return read->announced; });
   }
   std::ostringstream late;
   int count = 0;

@@ -4,7 +4,10 @@
 #include "parallel/rank_values.h"
 #include "parallel/run_ranks.h"
 
+#include <signal.h>
+
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 
 using namespace kiln;
@@ -252,5 +255,20 @@ TEST_CASE("one rank: every collective runs inline (complete on return), in order
     expect_values(b, rank_tensor(0, 4, DType::u8).to_vector<double>(), 0, "broadcast on one rank");
     const uint64_t issued = pg.sequence_number() - first;
     expect(issued > 5, "sequence numbers did not advance (" + std::to_string(issued) + ")");
+  });
+}
+
+TEST_CASE("a group of several ranks ignores SIGPIPE (Note [SIGPIPE and dead peers]); one rank leaves it") {
+  auto sigpipe_action = [] {
+    struct sigaction current {};
+    ::sigaction(SIGPIPE, nullptr, &current);
+    return current.sa_handler;
+  };
+  REQUIRE(bool(sigpipe_action() == SIG_DFL));  // doctest's own process: the default, as in a C++ program
+  run_ranks(2, [&](dist::ProcessGroup&) {
+    if (sigpipe_action() != SIG_IGN) throw std::runtime_error("SIGPIPE still has its default action");
+  });
+  run_ranks(1, [&](dist::ProcessGroup&) {
+    if (sigpipe_action() != SIG_DFL) throw std::runtime_error("a one-rank group changed SIGPIPE");
   });
 }
