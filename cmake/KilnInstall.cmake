@@ -22,7 +22,11 @@ foreach(dir core autograd nn optim parallel data models)
           PATTERN "core/cuda" EXCLUDE
           PATTERN "core/cpu" EXCLUDE
           PATTERN "core/kernels" EXCLUDE
-          PATTERN "core/ops" EXCLUDE)
+          PATTERN "core/ops" EXCLUDE
+          PATTERN "core/dispatch.h" EXCLUDE      # the kernels' dtype switch
+          PATTERN "core/formulas.h" EXCLUDE      # formulas both backends' kernels compute
+          PATTERN "core/host_device.h" EXCLUDE   # KILN_HOST_DEVICE, for kernel code
+          PATTERN "core/philox.h" EXCLUDE)       # the random kernels' counter-based generator
 endforeach()
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/kiln.h ${CMAKE_CURRENT_SOURCE_DIR}/cuda.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
 install(EXPORT KilnTargets NAMESPACE kiln:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Kiln)

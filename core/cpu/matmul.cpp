@@ -12,8 +12,8 @@
 #include <kiln/core/cpu/compute.h>
 #include <kiln/core/cpu/eigen.h>
 #include <kiln/core/cpu/onednn/switch.h>
-#include <kiln/core/cuda/plan/gemm_plan.h>
 #include <kiln/core/factory.h>
+#include <kiln/core/kernels/gemm_fold.h>
 #include <kiln/core/parallel.h>
 #if KILN_WITH_ONEDNN
 #include <kiln/core/cpu/onednn/gemm.h>
@@ -164,7 +164,7 @@ void batched_product(const Tensor& a, const Tensor& b, const Tensor& out, const 
   const T* pb = b.data<T>();
   Eigen::setNbThreads(1);  // see Note [GEMM threading]
 
-  if (auto rs = cuda::gemm_plan::folded_row_stride(a, b, INT64_MAX)) {
+  if (auto rs = gemm_fold::folded_row_stride(a, b, INT64_MAX)) {
     threaded_gemm<T>(pa, MatLayout{rows, k, true, std::max(*rs, k)}, pb, lb, c, accumulate);
     return;
   }
@@ -217,6 +217,10 @@ Tensor gemm(const Tensor& a2, const Tensor& b2, const Tensor& bias, const Shape&
   Tensor out = empty(full_shape(m, n), ct);
   dispatch_compute(ct, [&]<class T>() { batched_product<T>(a, b, out, bc); });
   return out.to(dt);
+}
+
+std::optional<ops::LinearGelu> gemm_gelu(const Tensor&, const Tensor&, const Tensor&, const Shape&) {
+  return std::nullopt;  // no GELU epilogue on the CPU
 }
 
 }  // namespace kiln::cpu

@@ -1,22 +1,15 @@
-// GEMM on the CPU with Eigen (the products behind core/ops/matmul.h for CPU tensors; the twin of
-// core/cuda/kernels/gemm.h). Threads are Kiln's own: Note [GEMM threading] in matmul.cpp.
+// GEMM on the CPU with Eigen, or oneDNN's sgemm for f32 (the products behind core/ops/matmul.h for
+// CPU tensors), declared in core/kernels/matmul.inc (Note [Kernel interfaces]). 16-bit operands are
+// computed in f32 and rounded once. There is no fused GELU epilogue on the CPU: gemm_gelu is always
+// nullopt, so the front composes linear and gelu_tanh. Threads are Kiln's own: Note [GEMM
+// threading] in matmul.cpp.
 #pragma once
 
 #include <optional>
 
-#include <kiln/core/cuda/kernels/gemm.h>
+#include <kiln/core/ops/matmul.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::cpu {
-
-// a (batch_a..., M, K) @ b (batch_b..., K, N) (+ bias (N)) -> (batch..., M, N), a fresh contiguous
-// tensor in the operands' dtype (16-bit computed in f32, rounded once). `batch` is the broadcast of
-// batch_a and batch_b, checked by the front.
-Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& batch);
-
-// No fused GELU epilogue on the CPU: always nullopt, so the front composes linear and gelu_tanh.
-inline std::optional<cuda::GemmGelu> gemm_gelu(const Tensor&, const Tensor&, const Tensor&, const Shape&) {
-  return std::nullopt;
-}
-
+#include <kiln/core/kernels/matmul.inc>
 }  // namespace kiln::cpu

@@ -1,7 +1,7 @@
 // Pooling on the CPU. Each (n, c) plane is independent: work is split over planes, and each
 // plane's gradient is accumulated by one thread in a fixed order, so results never depend on the
 // thread count. 16-bit values are summed in float and rounded once. The window index math is
-// shared with the CUDA kernels (core/cuda/plan/pool_index.h).
+// shared with the CUDA kernels (core/kernels/pool_index.h).
 #include <kiln/core/cpu/pool.h>
 
 #include <algorithm>
@@ -26,12 +26,12 @@ namespace kiln::cpu {
 
 namespace {
 
-using cuda::pool_index::adaptive_end;
-using cuda::pool_index::adaptive_start;
-using cuda::pool_index::first_tap;
-using cuda::pool_index::Planes;
-using cuda::pool_index::planes_of;
-using cuda::pool_index::with_plane;
+using pool_index::adaptive_end;
+using pool_index::adaptive_start;
+using pool_index::first_tap;
+using pool_index::Planes;
+using pool_index::planes_of;
+using pool_index::with_plane;
 
 // Runs fn(plane) for every plane in parallel, about `work` operations each.
 template <class F>

@@ -2,7 +2,7 @@
 // max_pool2d_backward fails (an index error) on an index outside the input plane.
 #pragma once
 
-#include <kiln/core/cuda/plan/pool_index.h>
+#include <kiln/core/kernels/pool_index.h>
 #include <kiln/core/ops/pool.h>
 
 namespace kiln::cpu {

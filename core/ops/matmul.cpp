@@ -1,10 +1,10 @@
 // Matrix products: argument checks and shapes for both devices, then one dispatch line (Note [One
 // dispatch line]) to the GEMM of the operands' backend: Eigen on the CPU (core/cpu/matmul.cpp),
-// cuBLASLt on CUDA (core/cuda/kernels/gemm.cpp).
+// cuBLASLt on CUDA (core/cuda/kernels/matmul.cpp).
 #include <kiln/core/ops/matmul.h>
 
 #include <kiln/core/cpu/matmul.h>
-#include <kiln/core/cuda/kernels/gemm.h>
+#include <kiln/core/cuda/kernels/matmul.h>
 #include <kiln/core/ops/backend.h>
 #include <kiln/core/ops/elementwise.h>
 

@@ -12,12 +12,12 @@ namespace kiln::ops {
 namespace {
 
 using cpu::PoolWindow;
-using cuda::pool_index::Planes;
-using cuda::pool_index::with_plane;
+using pool_index::Planes;
+using pool_index::with_plane;
 
 Planes planes_of(const char* op, const Shape& s) {
   KILN_CHECK(s.ndim() == 3 || s.ndim() == 4, op, ": expected (N, C, H, W) or (C, H, W), got shape ", s);
-  return cuda::pool_index::planes_of(s);
+  return pool_index::planes_of(s);
 }
 
 PoolWindow make_window(const char* op, const Planes& p, Size2 kernel, std::optional<Size2> stride, Size2 padding,

@@ -8,7 +8,7 @@
 #include <optional>
 #include <thread>
 
-#include <kiln/core/cuda/kernels/gemm.h>
+#include <kiln/core/cuda/kernels/matmul.h>
 #include <kiln/core/cuda/runtime/stream.h>
 
 #include "matmul_reference.h"

@@ -1,12 +1,12 @@
-// The index math of the CUDA pooling kernels (core/cuda/plan/pool_index.h) against brute force, on the
+// The index math of the CUDA pooling kernels (core/kernels/pool_index.h) against brute force, on the
 // CPU: the first tap of a padded dilated window, the output windows covering an input pixel (the
 // gather that replaces the CPU's scatter in avg_pool2d_backward), the adaptive windows.
 #include "test_util.h"
 
-#include <kiln/core/cuda/plan/pool_index.h>
+#include <kiln/core/kernels/pool_index.h>
 
 using namespace kiln;
-namespace pi = kiln::cuda::pool_index;
+namespace pi = kiln::pool_index;
 
 TEST_CASE("first_tap lands where the CPU kernel's while loop does") {
   for (int64_t dilation = 1; dilation <= 5; ++dilation)

@@ -59,7 +59,7 @@ Seen seen_through_kiln_h() { return KILN_PROBE_SEEN(); }
 }  // namespace
 
 #include <kiln/core/cpu/softmax.h>
-#include <kiln/core/cuda/kernels/gemm.h>
+#include <kiln/core/cuda/kernels/matmul.h>
 #include <kiln/core/cuda/kernels/softmax.h>
 #include <kiln/core/ops/ops.h>
 

@@ -5,7 +5,7 @@
 #include <kiln/core/cuda/kernels/pool.h>
 
 #include <kiln/core/cuda/kernels/common.cuh>
-#include <kiln/core/cuda/plan/pool_index.h>
+#include <kiln/core/kernels/pool_index.h>
 #include <kiln/core/factory.h>
 
 namespace kiln::cuda {

@@ -6,7 +6,7 @@
 // error: checking on the device would need a sync).
 #pragma once
 
-#include <kiln/core/cuda/plan/pool_index.h>
+#include <kiln/core/kernels/pool_index.h>
 #include <kiln/core/ops/pool.h>
 
 namespace kiln::cuda {

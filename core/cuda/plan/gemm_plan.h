@@ -1,7 +1,9 @@
-// How one matrix product maps onto cuBLASLt calls (see Note [cuBLASLt GEMM] in gemm.cpp): operand
-// layouts, batch strides, folding and the list of calls, from tensor metadata only. Header-only and
-// free of CUDA headers, so a CPU test (tests/core/test_gemm_plan.cpp) checks the index math by
-// running the planned calls with cuBLAS's column-major semantics on the host.
+// How one matrix product maps onto cuBLASLt calls (see Note [cuBLASLt GEMM] in
+// core/cuda/kernels/matmul.cpp): operand layouts, batch strides, folding and the list of calls, from
+// tensor metadata only. Header-only and free of CUDA headers, so a CPU test
+// (tests/core/test_gemm_plan.cpp) checks the index math by running the planned calls with cuBLAS's
+// column-major semantics on the host. The batch folding both backends share is in
+// core/kernels/gemm_fold.h.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include <kiln/core/kernels/gemm_fold.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::cuda::gemm_plan {
@@ -63,34 +66,6 @@ struct Product {
   std::vector<Launch> launches;
 };
 
-// When every batch of b is one matrix and a's batch and row dims merge into a single strided dim
-// of row-major rows, at most max_rows of them, the batch is one GEMM: returns that dim's row stride
-// (a's rows then number out.numel() / N). The CPU GEMM (core/cpu/matmul.cpp) folds the same way.
-inline std::optional<int64_t> folded_row_stride(const Tensor& a, const Tensor& b, int64_t max_rows = kMaxDim) {
-  const int64_t nd = a.dim();
-  for (int64_t d = 0; d < nd - 2; ++d)
-    if (b.size(d) != 1 && b.stride(d) != 0) return std::nullopt;
-  const int64_t k = a.size(nd - 1);
-  if (k != 1 && a.stride(nd - 1) != 1) return std::nullopt;
-  int64_t size = 1, stride = k;  // the merged dim; a single row's stride does not matter
-  bool any = false;
-  for (int64_t d = nd - 2; d >= 0; --d) {
-    const int64_t n = a.size(d), s = a.stride(d);
-    if (n == 1) continue;
-    if (!any) {
-      size = n;
-      stride = s;
-      any = true;
-      continue;
-    }
-    if (s != stride * size) return std::nullopt;
-    size *= n;
-  }
-  if (size > 1 && stride < k) return std::nullopt;
-  if (size > max_rows) return std::nullopt;
-  return stride;
-}
-
 // a (batch..., M, K) and b (batch..., K, N) expanded to out's batch shape, both readable in place
 // (lt_readable); out (batch..., M, N) contiguous and not empty, K > 0.
 inline Product plan_product(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -102,7 +77,7 @@ inline Product plan_product(const Tensor& a, const Tensor& b, const Tensor& out)
   p.problem.k = k;
   p.problem.mat_b = *lt_matrix(b);
 
-  if (auto rs = folded_row_stride(a, b)) {
+  if (auto rs = gemm_fold::folded_row_stride(a, b, kMaxDim)) {
     const int64_t rows = out.numel() / n;
     p.problem.n = rows;
     p.problem.mat_a = *lt_matrix(rows, k, rows == 1 ? k : *rs, 1);

@@ -1,5 +1,5 @@
 // The math switches of kiln/cuda.h (matmul TF32; cuDNN's benchmark, deterministic, allow_tf32),
-// compiled in both builds so code that sets them builds either way; gemm.cpp and conv.cpp read them.
+// compiled in both builds so code that sets them builds either way; kernels/matmul.cpp and conv.cpp read them.
 #include <atomic>
 
 #include <kiln/cuda.h>

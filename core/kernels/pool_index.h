@@ -1,6 +1,6 @@
-// Index math of the pooling kernels (core/cpu/pool.cpp, core/cuda/kernels/pool.cu) as plain integer
-// functions, callable from host and device, so that a CPU test (tests/core/test_pool_index.cpp)
-// checks them against brute force.
+// Index math of the pooling kernels, shared by both backends (core/cpu/pool.cpp,
+// core/cuda/kernels/pool.cu), as plain integer functions callable from host and device, so that a
+// CPU test (tests/core/test_pool_index.cpp) checks them against brute force.
 // The backward kernels gather: each input pixel sums the outputs whose windows cover it, in the
 // order the CPU kernels scatter them, so both add the same terms in the same order.
 #pragma once
@@ -10,7 +10,7 @@
 #include <kiln/core/host_device.h>
 #include <kiln/core/shape.h>
 
-namespace kiln::cuda::pool_index {
+namespace kiln::pool_index {
 
 // A pooling window the ops front has checked, with its output plane (oh, ow).
 struct Window {
@@ -68,4 +68,4 @@ KILN_HOST_DEVICE inline Range adaptive_covering(int64_t i, int64_t in, int64_t o
   return {(i * out) / in, ((i + 1) * out + in - 1) / in};
 }
 
-}  // namespace kiln::cuda::pool_index
+}  // namespace kiln::pool_index

@@ -1,7 +1,7 @@
-// GEMM on CUDA through cuBLASLt (gemm.h): Kiln's row-major products as column-major cuBLASLt
+// GEMM on CUDA through cuBLASLt (matmul.h): Kiln's row-major products as column-major cuBLASLt
 // calls, with descriptors and algorithms cached per problem, one handle per device and one
 // workspace per stream. Host code only: every kernel is cuBLASLt's.
-#include <kiln/core/cuda/kernels/gemm.h>
+#include <kiln/core/cuda/kernels/matmul.h>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -388,7 +388,7 @@ Tensor gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in, const
   return out;
 }
 
-std::optional<GemmGelu> gemm_gelu(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in,
+std::optional<ops::LinearGelu> gemm_gelu(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in,
                                   const Shape& batch) {
   const int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   // The aux output's ld (= N) and batch stride must be multiples of 8 elements.
@@ -397,7 +397,7 @@ std::optional<GemmGelu> gemm_gelu(const Tensor& a_in, const Tensor& b_in, const 
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
   if (bias.defined() && !aligned16(bias)) return std::nullopt;
   const Shape out_shape = product_shape(batch, m, n);
-  GemmGelu r{empty(out_shape, a_in.dtype(), a_in.device()), empty(out_shape, a_in.dtype(), a_in.device())};
+  ops::LinearGelu r{empty(out_shape, a_in.dtype(), a_in.device()), empty(out_shape, a_in.dtype(), a_in.device())};
   if (r.out.numel() == 0) return r;
   const Tensor a = lt_readable(a_in).expand(product_shape(batch, m, k));
   const Tensor b = lt_readable(b_in).expand(product_shape(batch, k, n));
