@@ -120,9 +120,6 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
     world_ = group_->size();
   }
   const Sharding sharding = group_ ? options_.sharding_ : Sharding::none;
-  KILN_CHECK((sharding != Sharding::zero2 && sharding != Sharding::full) || options_.amp_ != DType::f16,
-             "Trainer: sharding ", sharding_name(sharding), " with amp f16 (GradScaler) is not supported: the scaler "
-             "unscales full gradients; use bf16, or zero1");
   if (sharding == Sharding::full)
     fsdp_ = FullyShardedDataParallel::create(model_, sharded_,
                                              FSDPOptions(options_.fsdp_).broadcast_buffers(options_.ddp_.broadcast_buffers_));
@@ -299,6 +296,13 @@ void Trainer::sync_buffers() {
   if (ddp_) ddp_->prepare_forward();
   if (sharded_reducer_ && options_.ddp_.broadcast_buffers_) sharded_reducer_->broadcast_buffers();
   if (fsdp_) fsdp_->prepare_forward();  // also gathers the root unit, which the model's own forward reads
+}
+
+void Trainer::register_comm_hook(CommHook hook) {
+  KILN_CHECK(!sharded_reducer_ && !fsdp_, "Trainer::register_comm_hook: sharding ", sharding_name(options_.sharding_),
+             " reduce-scatters gradients without DDP's buckets, so a comm hook would never run; use sharding "
+             "none or zero1");
+  if (ddp_) ddp_->register_comm_hook(std::move(hook));
 }
 
 void Trainer::save_checkpoint(const std::string& path, const std::string& data_cursor) {

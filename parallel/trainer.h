@@ -41,8 +41,9 @@ struct TrainerOptions {
   // the same kind (bucket caps from ddp()); zero2 replaces DDP by a ShardedReducer. Alone (no
   // group) every mode trains as none. sharded_checkpoints: Note [Sharded checkpoint files] instead
   // of rank 0 writing the consolidated state.
-  // full: FullyShardedDataParallel with fsdp()'s units (its broadcast_buffers is ddp()'s); amp f16
-  // is refused there as with zero2. Checkpoints in full mode gather the model one unit at a time.
+  // full: FullyShardedDataParallel with fsdp()'s units (its broadcast_buffers is ddp()'s).
+  // Checkpoints in full mode gather the model one unit at a time. amp f16 works in every mode: the
+  // GradScaler unscales what the optimizer steps from (ShardedOptimizer::step_gradients).
   KILN_ARG(Sharding, sharding) = Sharding::none;
   KILN_ARG(bool, sharded_checkpoints) = false;
   KILN_ARG(FSDPOptions, fsdp);
@@ -142,6 +143,15 @@ class Trainer {
   // before running the model outside step(), e.g. an evaluation that counts over all ranks.
   // Collective.
   void sync_buffers();
+
+  // Sends DDP's gradient buckets through `hook` (comm_hooks.h; torch's register_comm_hook) instead of
+  // the plain all-reduce. Alone (world 1) there is nothing to reduce and the hook is not called;
+  // sharding zero2 and full reduce-scatter without DDP buckets and refuse a hook. Before the first step.
+  void register_comm_hook(CommHook hook);
+  template <class State>
+  void register_comm_hook(std::shared_ptr<State> state, std::shared_ptr<Work> (*hook)(State&, ProcessGroup&, GradBucket&)) {
+    register_comm_hook(with_state(std::move(state), hook));
+  }
 
   bool is_main() const { return rank_ == 0; }
   int rank() const { return rank_; }

@@ -35,17 +35,16 @@ dist::TrainerOptions with_parallel_flags(dist::TrainerOptions options, const Par
 }
 
 void register_comm_hook(dist::Trainer& trainer, const ParallelFlags& f, uint64_t seed) {
-  if (!trainer.ddp() || f.comm_hook == "none") return;
-  dist::DistributedDataParallel& ddp = *trainer.ddp();
-  if (f.comm_hook == "allreduce") ddp.register_comm_hook(dist::allreduce_hook);
-  if (f.comm_hook == "fp16") ddp.register_comm_hook(dist::fp16_compress_hook);
-  if (f.comm_hook == "bf16") ddp.register_comm_hook(dist::bf16_compress_hook);
+  if (f.comm_hook == "none") return;
+  if (f.comm_hook == "allreduce") trainer.register_comm_hook(dist::allreduce_hook);
+  if (f.comm_hook == "fp16") trainer.register_comm_hook(dist::fp16_compress_hook);
+  if (f.comm_hook == "bf16") trainer.register_comm_hook(dist::bf16_compress_hook);
   if (f.comm_hook == "powersgd")
-    ddp.register_comm_hook(std::make_shared<dist::PowerSGDState>(dist::PowerSGDOptions()
-                                                                     .matrix_approximation_rank(f.powersgd_rank)
-                                                                     .start_powerSGD_iter(f.powersgd_start)
-                                                                     .random_seed(seed)),
-                           dist::powersgd_hook);
+    trainer.register_comm_hook(std::make_shared<dist::PowerSGDState>(dist::PowerSGDOptions()
+                                                                         .matrix_approximation_rank(f.powersgd_rank)
+                                                                         .start_powerSGD_iter(f.powersgd_start)
+                                                                         .random_seed(seed)),
+                               dist::powersgd_hook);
 }
 
 }  // namespace kiln::apps

@@ -27,7 +27,8 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& flags, const std::string& 
 // `options` with the sharding mode, sharded checkpoints and DDP's bucket cap of `flags`.
 dist::TrainerOptions with_parallel_flags(dist::TrainerOptions options, const ParallelFlags& flags);
 
-// Registers --comm-hook on the trainer's DDP wrapper (nothing without DDP, or for "none").
+// Registers --comm-hook on the trainer (Trainer::register_comm_hook: nothing alone or for "none"; refused
+// with sharding zero2 and full).
 // `seed` seeds PowerSGD's random start.
 void register_comm_hook(dist::Trainer& trainer, const ParallelFlags& flags, uint64_t seed);
 

@@ -362,6 +362,56 @@ TEST_CASE("Trainer, 2 ranks: batch b each equals one process with batch 2b accum
   });
 }
 
+TEST_CASE("Trainer, 2 ranks: register_comm_hook sends each DDP bucket through the hook; zero2 and full refuse one") {
+  run_ranks(2, [](ProcessGroup& pg) {
+    TrainSpec s;
+    const int64_t b = 3;
+    auto group = test::borrow(pg);
+    auto make = [&](Sharding sharding) {
+      auto net = make_net(s, test::seed_for_rank(pg.rank()));
+      auto t = std::make_unique<Trainer>(net, adamw(*net), group,
+                                         TrainerOptions().sharding(sharding).ddp(test::small_buckets()));
+      return std::make_pair(net, std::move(t));
+    };
+    for (Sharding refused : {Sharding::zero2, Sharding::full}) {
+      auto [net, t] = make(refused);
+      const std::string message = test::error_of([&] { t->register_comm_hook(allreduce_hook); }, "a refused hook");
+      test::expect(message.find(std::string("sharding ") + sharding_name(refused)) != std::string::npos,
+                   "the refusal names the sharding: " + message);
+    }
+    auto [hooked_net, hooked] = make(Sharding::none);
+    auto [plain_net, plain] = make(Sharding::none);
+    std::vector<std::pair<size_t, bool>> seen;  // (index, is_last) of each hooked bucket, in order
+    int64_t seen_elements = 0;
+    hooked->register_comm_hook([&](ProcessGroup& g, GradBucket& bucket) {
+      seen.emplace_back(bucket.index, bucket.is_last);
+      for (size_t k = 0; k < bucket.parameters.size(); ++k) {
+        test::expect(bucket.gradient(k).shape() == bucket.parameters[k].shape(), "a bucket gradient's shape");
+        seen_elements += bucket.parameters[k].numel();
+      }
+      test::expect(bucket.offsets.back() + bucket.parameters.back().numel() == bucket.buffer.numel(),
+                   "the last offset ends the bucket");
+      return allreduce_hook(g, bucket);
+    });
+    const int steps = 3;
+    for (int step = 0; step < steps; ++step) {
+      auto loss = [&](Net& net) { return [&, step](int) { return rows_loss(net, s, step, pg.rank() * b, b, 2 * b); }; };
+      hooked->step(loss(*hooked_net));
+      plain->step(loss(*plain_net));
+    }
+    const size_t buckets = seen.size() / steps;
+    test::expect(buckets > 1 && seen.size() == buckets * steps, "several buckets, the same each step");
+    for (size_t i = 0; i < seen.size(); ++i)
+      test::expect(seen[i].first == i % buckets && seen[i].second == (i % buckets == buckets - 1),
+                   "bucket " + std::to_string(i) + ": index and is_last in reduction order");
+    int64_t numel = 0;
+    for (const Tensor& p : hooked_net->parameters()) numel += p.numel();
+    test::expect(seen_elements == numel * steps, "every parameter in exactly one bucket per step");
+    test::expect_close(flat_parameters(*hooked_net), flat_parameters(*plain_net), 0.0,
+                       "allreduce_hook equals DDP's own all-reduce (bitwise)");
+  });
+}
+
 TEST_CASE("Trainer, 2 ranks: an f16 overflow on rank 1 only makes both ranks skip the step") {
   run_ranks(2, [](ProcessGroup& pg) {
     TrainSpec s;
