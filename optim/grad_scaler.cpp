@@ -87,17 +87,9 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   KILN_CHECK(st.stage != Stage::stepped, "GradScaler::unscale_: called after step() on this ", optimizer.name(),
              " optimizer; call update() first");
   NoGradGuard no_grad;
-  std::vector<Tensor> grads;
-  std::set<const TensorImpl*> seen;  // a gradient shared by two parameters is unscaled once
+  std::vector<Tensor> grads = optimizer.step_gradients();  // a shared gradient once: unscaled once
   bool any_cuda = false;
-  for (size_t group = 0; group < optimizer.num_param_groups(); ++group) {
-    for (const Tensor& p : optimizer.params(group)) {
-      Tensor g = p.grad();
-      if (!g.defined() || !seen.insert(g.impl()).second) continue;
-      any_cuda = any_cuda || g.device().is_cuda();
-      grads.push_back(g);
-    }
-  }
+  for (const Tensor& g : grads) any_cuda = any_cuda || g.device().is_cuda();
   if (any_cuda || on_cuda()) {
     for (const Tensor& g : grads) use_device(g.device(), "GradScaler::unscale_");
     Tensor flag = zeros(Shape{}, TensorOptions(DType::f32).device(scale_dev_.device()));

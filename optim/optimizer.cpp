@@ -140,6 +140,17 @@ void Optimizer::zero_grad(bool set_to_none) {
   for (const auto& group : params_) autograd::zero_grad(group, set_to_none);
 }
 
+std::vector<Tensor> Optimizer::step_gradients() const {
+  std::vector<Tensor> grads;
+  std::set<const TensorImpl*> seen;
+  for (const auto& group : params_)
+    for (const Tensor& p : group) {
+      Tensor g = p.grad();
+      if (g.defined() && seen.insert(g.impl()).second) grads.push_back(g);
+    }
+  return grads;
+}
+
 NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
   for (size_t g = 0; g < params_.size(); ++g) {

@@ -78,6 +78,12 @@ class Optimizer {
   // Clears every parameter's .grad (set_to_none, the torch 2.x default) or zeroes it in place.
   void zero_grad(bool set_to_none = true);
 
+  // The gradients the next step() reads, each once (a gradient two parameters share appears once):
+  // what GradScaler::unscale_ unscales and checks for inf/NaN. Here every parameter's defined
+  // .grad; a wrapper that steps from elsewhere (dist::ShardedOptimizer under ZeRO-2 and FSDP: the
+  // reduce-scattered shard) returns those tensors instead.
+  virtual std::vector<Tensor> step_gradients() const;
+
   size_t num_param_groups() const { return params_.size(); }
   const std::vector<Tensor>& params(size_t group) const;
   double lr(size_t group) const { return hyper_params(group).at("lr"); }

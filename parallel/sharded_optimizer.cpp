@@ -91,6 +91,12 @@ Tensor& ShardedOptimizer::local_grad() {
   return local_grad_;
 }
 
+std::vector<Tensor> ShardedOptimizer::step_gradients() const {
+  if (!use_local_grad_) return Optimizer::step_gradients();
+  if (!local_grad_ready_) return {};
+  return {local_grad_};
+}
+
 void ShardedOptimizer::set_shard_grads() {
   NoGradGuard no_grad;
   for (size_t i = 0; i < flat_params_.size(); ++i) {

@@ -80,6 +80,9 @@ class ShardedOptimizer : public optim::Optimizer {
   bool uses_local_grad() const { return use_local_grad_; }
   // This rank's gradient chunks (local_numel elements), allocated on first use.
   Tensor& local_grad();
+  // What step() reads: local_grad() once it holds this step's gradients (ZeRO-2, FSDP; nothing
+  // before), else the parameters' .grad. GradScaler unscales these, so f16 works in every mode.
+  std::vector<Tensor> step_gradients() const override;
   // ShardedReducer::finish() marks local_grad() as holding this step's gradients; step() uses it
   // only then (and clears the mark), so a step without a backward updates nothing, as without ZeRO.
   void set_local_grad_ready(bool ready) { local_grad_ready_ = ready; }
