@@ -262,6 +262,10 @@ int Agent::run() {
       if (!alive && !done) break;
       if (done && !failure.empty()) break;  // a failure elsewhere after this node finished
     }
+    try {
+      rdzv.report_stopped();  // the heartbeat stops here on purpose: not a vanished agent
+    } catch (const Error&) {
+    }
     if (shutdown) {
       say(failure);
       if (hosting) rdzv.await_exits(g.nnodes() - 1, Millis(3000));

@@ -199,6 +199,10 @@ void Rendezvous::await_exits(int64_t others, Millis at_most) noexcept {
 
 int64_t Rendezvous::done_count() { return store_->add(key(gen_.number, "done"), 0); }
 bool Rendezvous::node_done(int node) { return store_->check(key(gen_.number, "done/" + std::to_string(node))); }
+
+void Rendezvous::report_stopped() {
+  store_->set(key(gen_.number, "stopped/" + std::to_string(gen_.node_rank)), "1");
+}
 int64_t Rendezvous::waiting_count() { return store_->add(key(gen_.number, "waiting"), 0); }
 
 void Rendezvous::shutdown(const std::string& why) {
@@ -219,7 +223,7 @@ std::vector<int> Rendezvous::silent_nodes(Millis wait) {
   std::vector<int> silent;
   for (int i = 0; i < gen_.nnodes(); ++i)
     if (i != gen_.node_rank && store_->add(key(gen_.number, "hb/" + std::to_string(i)), 0) == before[size_t(i)] &&
-        !node_done(i))
+        !node_done(i) && !store_->check(key(gen_.number, "stopped/" + std::to_string(i))))
       silent.push_back(i);
   return silent;
 }

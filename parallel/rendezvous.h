@@ -62,6 +62,10 @@ class Rendezvous {
   void report_done();                                 // this node's workers all exited 0
   int64_t done_count();
   bool node_done(int node);
+  // This node's workers of the current generation are stopped and its agent leaves the generation
+  // (for the next one, or for good): from here on its heartbeat stops on purpose, so silent_nodes()
+  // does not take it for a vanished agent.
+  void report_stopped();
   int64_t waiting_count();                            // nodes waiting to join the next generation
   void shutdown(const std::string& why);              // no more generations
   // An agent leaving for good says so (best effort); the hosting agent waits, up to `at_most`,
@@ -73,7 +77,8 @@ class Rendezvous {
   // Beats this node's heartbeat and returns the nodes (indices) whose heartbeat has not moved for
   // heartbeat_timeout, finished nodes excepted. Call about once a second.
   std::vector<int> heartbeat();
-  // The nodes whose heartbeat does not move during `wait` (longer than their beat interval).
+  // The nodes whose heartbeat does not move during `wait` (longer than their beat interval), finished
+  // and stopped nodes (report_done, report_stopped) excepted.
   std::vector<int> silent_nodes(Millis wait);
 
   const Generation& generation() const { return gen_; }

@@ -133,6 +133,9 @@ run_kill() {  # worker|agent RUN
     grep -q "10.201.0.$victim" "$slog" || fail "run $run: the survivor's log does not name host 10.201.0.$victim"
     local sst=$st; wait_exit "$victim_agent" "$bound"
     [ "$st" != hung ] && [ "$st" != 0 ] || fail "run $run: the victim host's agent did not fail ($st)"
+    # The healthy host's agent stopped its workers and left the generation: it did not vanish.
+    ! grep -q "10.201.0.$((3 - victim)).*stopped responding" "$work/h$victim.log" ||
+      fail "run $run: host $victim's log says the healthy host 10.201.0.$((3 - victim)) stopped responding"
     st=$sst
   elif [ "$victim" = 1 ]; then
     grep -q "lost the rendezvous store at 10.201.0.1:$port" "$slog" || fail "run $run: the survivor does not say it lost the store host"
