@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     if (models.find("tiny") != std::string::npos) cases.push_back({"tiny", tiny_batch});
     if (models.find("standard") != std::string::npos) cases.push_back({"standard", standard_batch});
     KILN_CHECK(!cases.empty(), "--models must name tiny and/or standard, got '", models, "'");
-    std::string torch_version = "(not run)";
+    std::string torch_version = "(not run)", blas = "-";
     for (int round = 0; round < rounds; ++round) {
       // Alternating rounds: a burst of load from elsewhere on a shared machine hits both sides.
       for (Case& c : cases) c.kiln = std::max(c.kiln, kiln_images_per_s(c.name, c.batch, min_iters, device, amp));
@@ -124,11 +124,12 @@ int main(int argc, char** argv) {
         }
         c.torch = std::max(c.torch, r.at("images_per_s").get<double>());
         torch_version = r.value("torch", torch_version);
+        if (!on_cuda) blas = r.value("blas", blas);
       }
     }
     std::printf("bench_cifar: training step (forward, cross entropy, backward, SGD), %s on %s, %d thread(s); PyTorch %s%s\n",
                 dtype_name.c_str(), on_cuda ? "cuda" : "the CPU", threads, torch_version.c_str(),
-                on_cuda ? " (channels-last)" : "");
+                on_cuda ? " (channels-last)" : (", BLAS " + blas + bench::blas_warning(blas)).c_str());
     std::printf("%-10s %6s %12s %12s %8s\n", "model", "batch", "kiln img/s", "torch img/s", "ratio");
     for (const Case& c : cases) {
       if (c.torch > 0)

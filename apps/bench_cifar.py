@@ -5,12 +5,12 @@ with the parity oracle gen_cnn.py), f32, in training mode; the step is zero_grad
 entropy with label smoothing 0.2, backward, SGD (Nesterov momentum 0.9, weight decay 5e-4). With
 --device cuda the model and batch are channels-last on the GPU, --dtype bf16 runs the forward under
 torch.autocast, and every step ends with torch.cuda.synchronize(). Prints {"images_per_s": ...,
-"torch": ..., "threads": ...}.
+"torch": ..., "threads": ..., "blas": the BLAS library torch's CPU matmul runs in}.
 """
 import argparse
 import json
 
-from bench_util import median_seconds, tune_openblas, use_reference_models  # noqa: E402
+from bench_util import blas_library, median_seconds, tune_openblas, use_reference_models  # noqa: E402
 
 tune_openblas()
 use_reference_models()
@@ -49,7 +49,8 @@ def main():
             torch.cuda.synchronize()
 
     t = median_seconds(step, args.min_iters)
-    print(json.dumps({"images_per_s": args.batch / t, "torch": torch.__version__, "threads": torch.get_num_threads()}))
+    print(json.dumps({"images_per_s": args.batch / t, "torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "blas": blas_library(torch)}))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ torch has it, else the manual masked softmax. --recompute checkpoints every bloc
 
 Prints one JSON line on stdout: {"step_s" (median of the timed steps), "params", "torch",
 "threads", "device", "dtype", "mode", "attention", "fused_adamw", "recompute", "peak_bytes" (cuda;
-else 0)},
+else 0), "blas" (the CPU's BLAS library; "-" on cuda)},
 or, when the step cannot run, {"error": "...", "oom": true|false} and exits with status 1.
 """
 import argparse
@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 
-from bench_util import tune_openblas, use_reference_models  # noqa: E402
+from bench_util import blas_library, tune_openblas, use_reference_models  # noqa: E402
 
 tune_openblas()
 use_reference_models()
@@ -126,7 +126,8 @@ def main():
     print(json.dumps({"step_s": times[len(times) // 2], "params": params, "torch": torch.__version__,
                       "threads": torch.get_num_threads(), "device": a.device, "dtype": dtype, "mode": a.mode,
                       "attention": model.attention, "fused_adamw": fused, "recompute": a.recompute,
-                      "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0}))
+                      "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
+                      "blas": "-" if cuda else blas_library(torch)}))
 
 
 if __name__ == "__main__":

@@ -101,9 +101,10 @@ int main(int argc, char** argv) {
       for (const Row& row : rows)
         if (r.contains(row.name)) ref[row.name] = std::max(ref[row.name].get<double>(), r[row.name].get<double>());
     }
-    std::printf("bench_ops: %d thread(s), %lld elements; PyTorch %s, BLAS %s\n", threads,
-                static_cast<long long>(elements), ref.value("torch", std::string("(not run)")).c_str(),
-                ref.value("blas", std::string("-")).c_str());
+    const std::string blas = ref.value("blas", std::string("-"));
+    std::printf("bench_ops: %d thread(s), %lld elements; PyTorch %s, BLAS %s%s\n", threads,
+                static_cast<long long>(elements), ref.value("torch", std::string("(not run)")).c_str(), blas.c_str(),
+                bench::blas_warning(blas).c_str());
     bench::print_comparison(rows, {"op", 12, -8, 10, "kiln", "pytorch"}, ref);
     return 0;
   });

@@ -6,25 +6,11 @@ import argparse
 import json
 import os
 
-from bench_util import median_seconds, tune_openblas  # noqa: E402
+from bench_util import blas_library, median_seconds, tune_openblas  # noqa: E402
 
 tune_openblas()
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
-
-def blas_library():
-    """The BLAS shared object torch's matmul runs in, read from this process's memory map."""
-    a = torch.randn(64, 64)
-    a @ a
-    try:
-        for line in open("/proc/self/maps"):
-            path = line.split()[-1]
-            if "blas" in os.path.basename(path) and path.endswith(tuple(".so.%d" % i for i in range(10))):
-                return os.path.realpath(path)
-    except OSError:
-        pass
-    return "unknown"
 
 
 def main():
@@ -50,7 +36,7 @@ def main():
     out["softmax"] = 8 * n / median_seconds(lambda: torch.softmax(s, dim=-1)) / 1e9
     out["torch"] = torch.__version__
     out["threads"] = torch.get_num_threads()
-    out["blas"] = blas_library()
+    out["blas"] = blas_library(torch)
     print(json.dumps(out))
 
 

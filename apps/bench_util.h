@@ -47,6 +47,14 @@ inline std::string run_command(const std::string& cmd, int* exit_status = nullpt
 }
 
 // `s` quoted for the shell: 'it'\''s' (safe for any path).
+// What to print after "BLAS <library>" for PyTorch's CPU side: a warning when it is not OpenBLAS
+// (Debian's torch then runs on the reference BLAS, and every GEMM-bound ratio flatters Kiln ~50x).
+inline std::string blas_warning(const std::string& blas) {
+  if (blas.empty() || blas == "-" || blas.find("openblas") != std::string::npos) return "";
+  return " (not OpenBLAS: PyTorch's GEMMs are slow here and the ratios flatter Kiln; apt-get install "
+         "libopenblas0-pthread)";
+}
+
 inline std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

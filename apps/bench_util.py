@@ -36,6 +36,22 @@ def tune_openblas():
         os.environ["OPENBLAS_CORETYPE"] = "Haswell"
 
 
+def blas_library(torch):
+    """The BLAS shared object torch's CPU matmul runs in, read from this process's memory map
+    (Debian's torch falls back to the reference BLAS, ~50x slower, unless libopenblas0-pthread is
+    installed; the C++ halves warn when it is not OpenBLAS)."""
+    a = torch.randn(64, 64)
+    a @ a
+    try:
+        for line in open("/proc/self/maps"):
+            path = line.split()[-1]
+            if "blas" in os.path.basename(path) and path.endswith(tuple(".so.%d" % i for i in range(10))):
+                return os.path.realpath(path)
+    except OSError:
+        pass
+    return "unknown"
+
+
 def median_seconds(fn, min_iters=5, min_time=0.5):
     fn()
     fn()
