@@ -80,16 +80,20 @@ std::string hostname() {
 // worker that died of a signal is the likelier cause. A local failure waits a moment for the
 // others' reports, and when none comes, looks for nodes whose agent went silent (killed with its
 // workers: nobody reports those), so the message names the node that vanished.
-std::string all_failures(Rendezvous& rdzv, const std::string& known, bool local, Millis beat_every) {
+// `vanished` counts those nodes (no exit report will come from them).
+std::string all_failures(Rendezvous& rdzv, const std::string& known, bool local, Millis beat_every, int& vanished) {
   std::vector<std::string> all;
+  vanished = 0;
   try {
     if (local) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       if (rdzv.failures().size() <= 1) {
         const Generation& g = rdzv.generation();
-        for (int i : rdzv.silent_nodes(beat_every * 2 + Millis(200)))
+        for (int i : rdzv.silent_nodes(beat_every * 2 + Millis(200))) {
+          ++vanished;
           all.push_back(kiln::detail::str_cat("node ", i, " (", g.nodes[size_t(i)].name,
                                               ") stopped responding: its agent is gone (killed, or the host is down?)"));
+        }
       }
     }
     for (std::string& f : rdzv.failures()) all.push_back(std::move(f));
@@ -273,7 +277,8 @@ int Agent::run() {
       return local ? group.result() : 1;
     }
     if (membership && failure.empty()) continue;  // not a failure: no restart is used up
-    failure = all_failures(rdzv, failure, local, beat_every);
+    int vanished = 0;
+    failure = all_failures(rdzv, failure, local, beat_every, vanished);
     if (restarts < o_.launch_.max_restarts_) {
       ++restarts;
       say(kiln::detail::str_cat("restarting the workers in a new generation (restart ", restarts, " of ",
@@ -285,7 +290,7 @@ int Agent::run() {
       rdzv.shutdown(failure);
     } catch (const Error&) {
     }
-    if (hosting) rdzv.await_exits(g.nnodes() - 1, Millis(3000));
+    if (hosting) rdzv.await_exits(g.nnodes() - 1 - vanished, Millis(3000));  // not from vanished agents
     else rdzv.report_exit();
     return local ? group.result() : 1;
   }

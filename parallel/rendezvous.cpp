@@ -216,15 +216,22 @@ std::optional<std::string> Rendezvous::shutdown_reason() {
 }
 
 std::vector<int> Rendezvous::silent_nodes(Millis wait) {
-  std::vector<int64_t> before(size_t(gen_.nnodes()), 0);
+  // Finished and stopped nodes beat no more on purpose; when every other node is one, nothing to wait for.
+  auto accounted = [&](int i) {
+    return node_done(i) || store_->check(key(gen_.number, "stopped/" + std::to_string(i)));
+  };
+  std::vector<int> candidates;
   for (int i = 0; i < gen_.nnodes(); ++i)
-    if (i != gen_.node_rank) before[size_t(i)] = store_->add(key(gen_.number, "hb/" + std::to_string(i)), 0);
+    if (i != gen_.node_rank && !accounted(i)) candidates.push_back(i);
+  if (candidates.empty()) return {};
+  std::vector<int64_t> before;
+  for (int i : candidates) before.push_back(store_->add(key(gen_.number, "hb/" + std::to_string(i)), 0));
   std::this_thread::sleep_for(wait);
   std::vector<int> silent;
-  for (int i = 0; i < gen_.nnodes(); ++i)
-    if (i != gen_.node_rank && store_->add(key(gen_.number, "hb/" + std::to_string(i)), 0) == before[size_t(i)] &&
-        !node_done(i) && !store_->check(key(gen_.number, "stopped/" + std::to_string(i))))
-      silent.push_back(i);
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    const int i = candidates[k];
+    if (store_->add(key(gen_.number, "hb/" + std::to_string(i)), 0) == before[k] && !accounted(i)) silent.push_back(i);
+  }
   return silent;
 }
 

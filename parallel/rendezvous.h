@@ -78,7 +78,7 @@ class Rendezvous {
   // heartbeat_timeout, finished nodes excepted. Call about once a second.
   std::vector<int> heartbeat();
   // The nodes whose heartbeat does not move during `wait` (longer than their beat interval), finished
-  // and stopped nodes (report_done, report_stopped) excepted.
+  // and stopped nodes (report_done, report_stopped) excepted; no wait when every other node is one.
   std::vector<int> silent_nodes(Millis wait);
 
   const Generation& generation() const { return gen_; }
