@@ -1,5 +1,6 @@
 // FSDP (FullyShardedDataParallel, one unit per Linear) against DDP on 1 to 4 ranks: 20 AdamW steps,
-// accumulation 2, 99 parameters (no world size divides a unit), f32 and bf16 autocast, clipping and
+// accumulation 2, 99 parameters in units of 36, 42 and 21 (and 67 in units of 25, 30 and 12, so that
+// a unit is padded at every world size 2-4), f32 and bf16 autocast, clipping and
 // activation checkpointing. Losses and final weights agree within 1e-6 relative (weights: of the
 // element plus of the largest weight, as test_zero.cpp), bitwise at world 1 and 2 (the ring's sum is
 // the all-reduce's a + b). The schedule (Note [FSDP schedule]) is checked from the recorded events:
@@ -22,7 +23,7 @@ void check_fsdp(dist::ProcessGroup& pg, const ZeroSpec& spec, const FsdpSpec& f)
   const std::string at = " at world " + std::to_string(pg.size()) + " rank " + std::to_string(pg.rank()) +
                          (spec.amp == DType::bf16 ? " bf16" : " f32") + (spec.clip > 0 ? " clip" : "") +
                          (f.recompute ? " recompute" : "") + (f.wrap.empty() ? " root only" : "");
-  compare_with_ddp(train_fsdp(pg, spec, f), ddp, spec.clip == 0 && pg.size() <= 2, "fsdp" + at);
+  compare_with_ddp(train_fsdp(pg, spec, f), ddp, spec.clip == 0 && pg.size() <= 2, "fsdp" + at, spec.net);
 }
 
 size_t index_of(const Events& ev, Kind kind, size_t unit, size_t from = 0) {
@@ -52,6 +53,10 @@ size_t max_gathered(const Events& ev) {
 
 TEST_CASE("FSDP equals DDP: f32, accumulation 2, world 1 to 4") {
   run_worlds({1, 2, 3, 4}, [](dist::ProcessGroup& pg) { check_fsdp(pg, ZeroSpec{}, FsdpSpec{}); });
+}
+
+TEST_CASE("FSDP equals DDP with padded shards at every world size (units of 25, 30 and 12 parameters)") {
+  run_worlds({2, 3, 4}, [](dist::ProcessGroup& pg) { check_fsdp(pg, ZeroSpec{.net = NetSpec{4, 5, 2}}, FsdpSpec{}); });
 }
 
 TEST_CASE("FSDP equals DDP: bf16 autocast, world 1 to 4") {

@@ -58,7 +58,8 @@ inline void expect_rel(const std::vector<double>& got, const std::vector<double>
 // within 1e-6 of the largest weight (a weight near zero differs by the f32 rounding of the larger
 // ones' scale when the gradient sums were added in another order); bitwise when `bitwise`. The run
 // must have trained: every weight moved away from rank 0's initial value.
-inline void compare_with_ddp(const ZeroRun& got, const ZeroRun& want, bool bitwise, const std::string& what) {
+inline void compare_with_ddp(const ZeroRun& got, const ZeroRun& want, bool bitwise, const std::string& what,
+                             const NetSpec& net = ZeroSpec{}.net) {
   double scale = 0;
   for (double w : want.weights) scale = std::max(scale, std::fabs(w));
   expect_rel(got.losses, want.losses, 1e-6, 0.0, what + " losses");
@@ -67,7 +68,7 @@ inline void compare_with_ddp(const ZeroRun& got, const ZeroRun& want, bool bitwi
     expect(got.losses == want.losses, what + ": losses are not bitwise DDP's");
     expect(got.weights == want.weights, what + ": weights are not bitwise DDP's");
   }
-  const std::vector<double> initial = flat_parameters(Net(seed_for_rank(0), ZeroSpec{}.net));
+  const std::vector<double> initial = flat_parameters(Net(seed_for_rank(0), net));
   for (size_t i = 0; i < initial.size(); ++i)
     expect(got.weights[i] != initial[i], what + ": weight " + std::to_string(i) + " never changed");
 }
