@@ -37,17 +37,20 @@ inline int gpu_ranks_or_skip() {
   return gpus;
 }
 
-// Runs fn(gloo, nccl) on gpu_ranks_or_skip() ranks: run_ranks' Gloo group, and a blocking-wait NCCL
-// group on device `rank` over a file store in a fresh directory named after `name`.
+// Runs fn(gloo, nccl) on gpu_ranks_or_skip() ranks: run_ranks' Gloo group, and an NCCL group on
+// device `rank` over a file store in a fresh directory named after `name`. blocking_wait: Work::wait
+// blocks the host until the collective ends (a host sync); without it, wait only orders the
+// caller's stream after the collective.
 inline void run_nccl_ranks(const std::string& name,
-                           const std::function<void(dist::ProcessGroup& gloo, std::shared_ptr<dist::ProcessGroup> nccl)>& fn) {
+                           const std::function<void(dist::ProcessGroup& gloo, std::shared_ptr<dist::ProcessGroup> nccl)>& fn,
+                           bool blocking_wait = true) {
   const int world = gpu_ranks_or_skip();
   TempDir dir(name);
   const std::string path = dir.path;
   run_ranks(world, [&](dist::ProcessGroup& gloo) {
     const int r = gloo.rank();
     auto store = dist::make_file_store(path, world);
-    fn(gloo, dist::make_nccl_process_group(store, r, world, dist::NcclOptions().device(r).blocking_wait(true)));
+    fn(gloo, dist::make_nccl_process_group(store, r, world, dist::NcclOptions().device(r).blocking_wait(blocking_wait)));
   });
 }
 

@@ -1,43 +1,18 @@
 // static_graph (Note [Static graph], reducer.cpp) on 2 Gloo ranks against one process: fc2 is used
 // inside a re-entrant checkpoint region and again outside it (two gradients per backward), and
 // 'spare' is never used; the first iteration records that, later ones reduce during backward.
-#include <kiln/autograd/checkpoint.h>
 #include <kiln/parallel/ddp.h>
 
-#include "parallel/ddp_fixtures.h"
+#include "parallel/static_graph_fixtures.h"
 
 using namespace kiln;
 using namespace kiln::dist;
 using namespace kiln::test;
 
-namespace {
-
-// fc3(relu(fc2(checkpoint(relu(fc2(relu(fc1(x)))))))): fc2's accumulator runs twice per backward.
-Tensor twice_forward(test::Net& net, const Tensor& x) {
-  Tensor h = relu(net.fc1->forward(x));
-  h = autograd::checkpoint([&net](const Tensor& t) { return relu(net.fc2->forward(t)); }, h);
-  h = relu(net.fc2->forward(h));
-  return net.fc3->forward(h);
-}
-
-std::vector<double> reference(const test::TrainSpec& s) {
-  auto net = std::make_shared<test::Net>(test::seed_for_rank(0), s.net);
-  optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-2));
-  for (int step = 0; step < s.steps; ++step) {
-    opt.zero_grad();
-    auto [x, y] = test::batch_rows(s, step, 0, 2 * s.batch, 2 * s.batch);
-    mse_loss(twice_forward(*net, x), y).backward();
-    opt.step();
-  }
-  return test::flat_parameters(*net);
-}
-
-}  // namespace
-
 TEST_CASE("static_graph: a parameter used twice per backward and an unused one, as one process") {
   test::TrainSpec s;
   s.net.unused = true;
-  const auto want = reference(s);
+  const auto want = twice_forward_reference(s, 2);
   for (bool views : {false, true}) {
     CAPTURE(views);
     run_ranks(2, [&](ProcessGroup& pg) {
