@@ -36,7 +36,8 @@ supp=$root/scripts/sanitizers
 
 start=$(date +%s)
 # -O1 with line tables: the optimisation level the sanitizers are designed for, readable reports.
-cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DCMAKE_CXX_COMPILER="$cxx" -DKILN_SANITIZE=$sanitize \
+# No benchmarks: no test runs them.
+cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DKILN_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER="$cxx" -DKILN_SANITIZE=$sanitize \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build "$build" -j "$jobs"
 built=$(date +%s)
