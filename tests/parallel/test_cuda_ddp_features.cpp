@@ -11,6 +11,7 @@
 #include "parallel/cuda_ranks.h"
 #include "parallel/join_fixtures.h"
 #include "parallel/static_graph_fixtures.h"
+#include "parallel/sync_batch_norm_fixtures.h"
 
 #include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/parallel/sync_batch_norm.h>
@@ -22,27 +23,6 @@ using namespace kiln::test;
 namespace {
 
 std::string on_rank(int r, const std::string& what) { return "rank " + std::to_string(r) + ": " + what; }
-
-std::vector<double> joined(std::initializer_list<Tensor> ts) {
-  std::vector<double> out;
-  for (const Tensor& t : ts) {
-    auto v = values(t);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-// A BatchNorm2d(3) in f64 with non-trivial affine parameters and running statistics.
-std::shared_ptr<nn::BatchNorm2d> make_bn() {
-  auto bn = std::make_shared<nn::BatchNorm2d>(nn::BatchNormOptions(3).momentum(0.3));
-  bn->to(DType::f64);
-  NoGradGuard no_grad;
-  bn->weight.copy_(random({3}, DType::f64, 5, 0.5, 1.5));
-  bn->bias.copy_(random({3}, DType::f64, 6));
-  bn->running_mean.copy_(random({3}, DType::f64, 7));
-  bn->running_var.copy_(random({3}, DType::f64, 8, 0.5, 2.0));
-  return bn;
-}
 
 }  // namespace
 
@@ -77,15 +57,9 @@ TEST_CASE("NCCL SyncBatchNorm: uneven batches (1, 2, 4, 3 rows) equal BatchNorm2
     Tensor x_all = random({total, 3, 2, 3}, DType::f64, 11, -3.0, 5.0);
     Tensor w_all = random({total, 3, 2, 3}, DType::f64, 12);  // loss weights: sum(y * w)
 
-    // The oracle on the CPU: one process, the whole batch, two passes (running stats move twice).
-    auto ref = make_bn();
-    ref->train();
-    Tensor x_ref = x_all.clone().requires_grad_(true);
-    Tensor y_ref;
-    for (int pass = 0; pass < 2; ++pass) {
-      y_ref = ref->forward(x_ref);
-      sum(y_ref * w_all).backward();
-    }
+    BnOracle oracle = bn_oracle(x_all, w_all);  // on the CPU
+    const auto& ref = oracle.bn;
+    const Tensor &x_ref = oracle.x, &y_ref = oracle.y;
 
     auto bn = make_bn();
     bn->to(dev);
@@ -102,8 +76,8 @@ TEST_CASE("NCCL SyncBatchNorm: uneven batches (1, 2, 4, 3 rows) equal BatchNorm2
     expect_close(values(x.grad()), values(x_ref.grad().narrow(0, start, n)), 1e-10, on_rank(r, "input gradient rows"));
     Tensor wb = cat({bn->weight.grad(), bn->bias.grad()}, 0).to(Device::cpu());
     gloo.allreduce(wb)->wait();  // what DDP would reduce
-    expect_close(values(wb), joined({ref->weight.grad(), ref->bias.grad()}), 1e-10, on_rank(r, "weight and bias gradients"));
-    expect_close(joined({bn->running_mean, bn->running_var}), joined({ref->running_mean, ref->running_var}), 1e-10,
+    expect_close(values(wb), all_values({ref->weight.grad(), ref->bias.grad()}), 1e-10, on_rank(r, "weight and bias gradients"));
+    expect_close(all_values({bn->running_mean, bn->running_var}), all_values({ref->running_mean, ref->running_var}), 1e-10,
                  on_rank(r, "running statistics"));
   });
 }

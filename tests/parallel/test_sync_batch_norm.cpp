@@ -5,6 +5,7 @@
 #include <kiln/parallel/sync_batch_norm.h>
 
 #include "parallel/ddp_fixtures.h"
+#include "parallel/sync_batch_norm_fixtures.h"
 
 using namespace kiln;
 using namespace kiln::dist;
@@ -12,28 +13,7 @@ using namespace kiln::test;
 
 namespace {
 
-constexpr int64_t kC = 3;
-
-// A BatchNorm2d with non-trivial affine parameters and running statistics.
-std::shared_ptr<nn::BatchNorm2d> make_bn() {
-  auto bn = std::make_shared<nn::BatchNorm2d>(nn::BatchNormOptions(kC).momentum(0.3));
-  bn->to(DType::f64);
-  NoGradGuard no_grad;
-  bn->weight.copy_(test::random({kC}, DType::f64, 5, 0.5, 1.5));
-  bn->bias.copy_(test::random({kC}, DType::f64, 6));
-  bn->running_mean.copy_(test::random({kC}, DType::f64, 7));
-  bn->running_var.copy_(test::random({kC}, DType::f64, 8, 0.5, 2.0));
-  return bn;
-}
-
-std::vector<double> all_values(std::initializer_list<Tensor> ts) {
-  std::vector<double> out;
-  for (const Tensor& t : ts) {
-    auto v = test::values(t);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
+constexpr int64_t kC = test::kBnChannels;
 
 // Gradient sums over ranks (what DDP would reduce), as a CPU tensor.
 Tensor summed(ProcessGroup& pg, const Tensor& g) {
@@ -49,15 +29,9 @@ TEST_CASE("SyncBatchNorm with uneven batches (1, 2, 4 rows) equals BatchNorm2d o
   const int64_t total = 7;
   Tensor x_all = test::random({total, kC, 2, 3}, DType::f64, 11, -3.0, 5.0);
   Tensor w_all = test::random({total, kC, 2, 3}, DType::f64, 12);  // loss weights: sum(y * w)
-  // The oracle: one process, the whole batch, two forward/backward passes (running stats move twice).
-  auto ref = make_bn();
-  ref->train();
-  Tensor x_ref = x_all.clone().requires_grad_(true);
-  Tensor y_ref;
-  for (int pass = 0; pass < 2; ++pass) {
-    y_ref = ref->forward(x_ref);
-    sum(y_ref * w_all).backward();
-  }
+  test::BnOracle oracle = test::bn_oracle(x_all, w_all);
+  const auto& ref = oracle.bn;
+  const Tensor &x_ref = oracle.x, &y_ref = oracle.y;
   run_ranks(3, [&](ProcessGroup& pg) {
     int64_t start = 0;
     for (int r = 0; r < pg.rank(); ++r) start += rows[size_t(r)];
