@@ -8,11 +8,21 @@
 #     bash scripts/gpu-check.sh            # everything (may pass the device tool's 10 minutes a call:
 #     bash scripts/gpu-check.sh --tests    #   then split it) build + gpu tests only
 #     bash scripts/gpu-check.sh --bench    # build (incremental) + benchmarks and AMP curves only
+#     ... --prebuilt                       # with either: no configure/build; run build-gpu as unpacked
+#                                          #   by scripts/device-prebuilt.sh (built on the dev machine)
+# KILN_GPU_TEST_JOBS (default 1) and KILN_GPU_TEST_TIMEOUT (default 300 s) shape the ctest run.
 # Logs go to $OUT/gpu-check (the device tool brings $OUT back) or build-gpu/gpu-check.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-mode=${1:-all}
+mode=all prebuilt=0
+for a in "$@"; do
+  case $a in
+    --tests|--bench) mode=$a ;;
+    --prebuilt) prebuilt=1 ;;
+    *) echo "gpu-check: unknown flag $a (--tests, --bench, --prebuilt)"; exit 2 ;;
+  esac
+done
 [ -f .deps/env.sh ] && source .deps/env.sh
 build=${KILN_BUILD_DIR:-$root/build-gpu}
 logs=${OUT:-$build}/gpu-check
@@ -24,6 +34,22 @@ note() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
 nvidia-smi -L 2>/dev/null | tee "$logs/gpu.txt" || echo "nvidia-smi: not found" | tee "$logs/gpu.txt"
 
 start=$(date +%s)
+if [ "$prebuilt" = 1 ]; then
+  # A build from another machine: find what its executables need among the device's libraries
+  # (CUDA's pip wheels, the toolkit), and libgomp in build-gpu/lib if the system has none.
+  ldconfig -p | grep -q 'libgomp.so.1 ' || export LD_LIBRARY_PATH="$build/lib:$LD_LIBRARY_PATH"
+  roots=$("$py" -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null || true)
+  for lib in $(ldd "$build"/tests/* "$build"/apps/* 2>/dev/null | awk '/not found/{print $1}' | sort -u); do
+    hit=$(find $roots /usr/local/cuda*/ -name "$lib" 2>/dev/null | head -1)
+    [ -n "$hit" ] && export LD_LIBRARY_PATH="$(dirname "$hit"):$LD_LIBRARY_PATH"
+  done
+  missing=$(ldd "$build"/tests/* "$build"/apps/* 2>/dev/null | awk '/not found/{print $1}' | sort -u)
+  [ -n "$missing" ] && { echo "gpu-check: libraries not found: $missing"; exit 1; }
+  ldd "$build/tests/dist_worker" >"$logs/ldd.txt" 2>&1
+  # For commands run after this one (a benchmark alone): source build-gpu/env.sh.
+  echo "export LD_LIBRARY_PATH='$LD_LIBRARY_PATH'" >"$build/env.sh"
+  build_note="prebuilt ($(cat .gpubin/commit 2>/dev/null || echo '?')), libraries resolved"
+else
 cmake -S . -B "$build" -G Ninja ${KILN_DEVICE_CMAKE_ARGS:--DCMAKE_BUILD_TYPE=Release} -DKILN_CUDA=ON \
   >"$logs/configure.txt" 2>&1 || { tail -30 "$logs/configure.txt"; echo "gpu-check: configure failed"; exit 1; }
 if ! cmake --build "$build" -j "$(nproc)" >"$logs/build.txt" 2>&1; then
@@ -31,12 +57,15 @@ if ! cmake --build "$build" -j "$(nproc)" >"$logs/build.txt" 2>&1; then
   echo "gpu-check: build failed (log: $logs/build.txt)"
   exit 1
 fi
-note "build" "ok in $(( $(date +%s) - start )) s"
+build_note="ok in $(( $(date +%s) - start )) s"
+fi
+note "build" "$build_note"
 
 # Every gpu-labelled test (kernels vs the CPU, NCCL ranks sharing the one GPU).
 tests_rc=0
 if [ "$mode" != "--bench" ]; then
-  ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 >"$logs/gpu-tests.txt" 2>&1
+  ctest --test-dir "$build" -L gpu --output-on-failure -j "${KILN_GPU_TEST_JOBS:-1}" \
+    --timeout "${KILN_GPU_TEST_TIMEOUT:-300}" >"$logs/gpu-tests.txt" 2>&1
   tests_rc=$?
   grep -E "tests passed|tests failed" "$logs/gpu-tests.txt" | tail -1
   grep -E "\*\*\*Failed|\*\*\*Exception|Timeout|Not Run" "$logs/gpu-tests.txt" | head -30
