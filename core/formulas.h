@@ -124,11 +124,25 @@ struct Sub : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T x
 struct Rsub : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T x, T y) const { return y - x; } };
 struct Mul : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T x, T y) const { return x * y; } };
 struct Div : FloatingOp { template <class T> KILN_HOST_DEVICE T operator()(T x, T y) const { return x / y; } };
-// Integers go through double pow, as std::pow(int, int) does.
+// Integers: exact power by squaring, as PyTorch's integral pow (a negative exponent gives 1 for
+// base 1, +-1 for base -1, else 0; overflow wraps). Not through double pow: CUDA's is not exact
+// at integers (3^1 came back as 2.99..., truncated to 2, on an H100).
+template <class T> KILN_HOST_DEVICE T integer_pow(T x, T y) {
+  if constexpr (std::is_signed_v<T>) {
+    if (y < 0) return x == 1 ? T(1) : x == -1 ? ((y & 1) ? T(-1) : T(1)) : T(0);
+  }
+  using U = std::make_unsigned_t<T>;  // unsigned arithmetic wraps where signed would be undefined
+  U result = 1, base = static_cast<U>(x);
+  for (U e = static_cast<U>(y); e != 0; e >>= 1) {
+    if (e & 1) result = static_cast<U>(result * base);
+    base = static_cast<U>(base * base);
+  }
+  return static_cast<T>(result);
+}
 template <class Math> struct Pow : NumericOp {
   template <class T> KILN_HOST_DEVICE T operator()(T x, T y) const {
     if constexpr (std::is_floating_point_v<T>) return Math::pow(x, y);
-    else return static_cast<T>(Math::pow(static_cast<double>(x), static_cast<double>(y)));
+    else return integer_pow(x, y);
   }
 };
 // NaN propagates from either side (x != x is false for integers).

@@ -76,6 +76,7 @@ struct Comm {
   std::condition_variable failed_cv;
   std::atomic<bool> aborted{false};  // ncclCommAbort ran (the handle is gone)
   bool closed = false;               // finalized and destroyed, or aborted (under mutex)
+  bool finalized = false;            // closed cleanly by finalize (under mutex)
   std::string failure;               // the first failure's report, once written (under mutex)
 
   // An aborted or destroyed communicator is freed; this only cleans up one never closed (a
@@ -87,10 +88,12 @@ struct Comm {
   }
 
   // ncclSuccess, ncclInProgress (still enqueueing or finalizing) or the communicator's
-  // asynchronous error (a peer died, a network failure). An aborted one reads as an error.
+  // asynchronous error (a peer died, a network failure). An aborted one reads as an error; one
+  // finalized cleanly as success (the watchdog polls it once more between the destroy and its stop:
+  // on an H100 that poll failed the healthy group and dumped its flight recorder).
   ncclResult_t async_error() {
     std::lock_guard<std::mutex> lock(mutex);
-    if (closed) return ncclInvalidUsage;
+    if (closed) return finalized ? ncclSuccess : ncclInvalidUsage;
     ncclResult_t r = ncclSuccess;
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return ncclSystemError;
     return r;
@@ -473,6 +476,7 @@ class NcclProcessGroup final : public ProcessGroup {
       std::lock_guard<std::mutex> lock(comm_->mutex);
       if (!comm_->closed) {
         comm_->closed = true;
+        comm_->finalized = true;
         (void)ncclCommDestroy(comm_->comm);
       }
       finalized_ = true;

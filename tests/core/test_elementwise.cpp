@@ -141,6 +141,19 @@ TEST_CASE("type promotion follows torch") {
   CHECK(ops::exp(l).dtype() == DType::f32);
 }
 
+// PyTorch 1.13's values for the same inputs: exact beyond 2^32, wrap on overflow, and a negative
+// exponent gives 1 for base 1, +-1 for base -1, else 0.
+TEST_CASE("integer pow is exact and follows PyTorch's integral rules") {
+  Tensor b = from_vector(std::vector<int64_t>{3, 2, 3, -1, -1, 1, 2, 0, 0, -3, 5, -2}, {12});
+  Tensor e = from_vector(std::vector<int64_t>{1, 40, 33, 3, -4, -9, -1, 0, 5, 3, -2, -3}, {12});
+  CHECK(test::values(ops::pow(b, e)) ==
+        std::vector<double>{3, 1099511627776.0, 5559060566555523.0, -1, 1, 1, 0, 1, 0, -27, 0, 0});
+  Tensor u = from_vector(std::vector<uint8_t>{2, 3}, {2});
+  CHECK(test::values(ops::pow(u, from_vector(std::vector<uint8_t>{9, 5}, {2}))) == std::vector<double>{0, 243});
+  Tensor i = from_vector(std::vector<int32_t>{3}, {1});
+  CHECK(test::values(ops::pow(i, from_vector(std::vector<int32_t>{21}, {1}))) == std::vector<double>{1870418611});
+}
+
 TEST_CASE("scalar variants, pow, comparisons, where and masked_fill") {
   for (DType dt : kFloatTypes) {
     Tensor x = test::random({6, 7}, dt, 21, 0.1, 3.0);

@@ -31,12 +31,14 @@ inline void expect(bool cond, const std::string& what) {
 }
 
 // Every element of `t` within rtol of `expected` (exact for integer dtypes).
-inline void expect_values(const Tensor& t, const std::vector<double>& expected, double rtol, const std::string& what) {
+// |got - expected| <= rtol * |expected| + atol, element by element.
+inline void expect_values(const Tensor& t, const std::vector<double>& expected, double rtol, const std::string& what,
+                          double atol = 0) {
   std::vector<double> got = values(t);
   expect(got.size() == expected.size(), what + ": " + std::to_string(got.size()) + " values, expected " +
                                             std::to_string(expected.size()));
   for (size_t i = 0; i < got.size(); ++i)
-    expect(std::fabs(got[i] - expected[i]) <= rtol * std::fabs(expected[i]),
+    expect(std::fabs(got[i] - expected[i]) <= rtol * std::fabs(expected[i]) + atol,
            what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
                std::to_string(expected[i]));
 }

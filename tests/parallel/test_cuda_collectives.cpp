@@ -41,7 +41,7 @@ TEST_CASE("NCCL reduce_scatter / allgather: odd chunks and padded shards equal t
     std::vector<double> flat = nccl_contributions(r, b.numel), avg = nccl_average(world, b.numel);
     flat.resize(size_t(b.chunk * world), 0.0);
     Tensor mine = zeros({b.chunk}, TensorOptions(dev));
-    Tensor in = from_vector(flat, {b.chunk * world}).to(dev);
+    Tensor in = from_vector(flat, {b.chunk * world}).to(DType::f32).to(dev);  // the shards' dtype
     pg->reduce_scatter(mine, in, dist::AllreduceOptions().op(dist::ReduceOp::avg))->wait();
     Tensor whole = zeros({b.chunk * world}, TensorOptions(dev));
     pg->allgather(whole, mine)->wait();

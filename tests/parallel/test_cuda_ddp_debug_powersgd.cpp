@@ -36,7 +36,10 @@ TEST_CASE("NCCL: DETAIL checks on the GPU, and full-rank PowerSGD on CUDA bucket
     for (int call = 0; call < 4; ++call) {
       bucket.buffer = from_vector(in, {n}).to(dev);
       dist::powersgd_hook(*state, *checked, bucket)->wait();
-      expect_values(bucket.buffer.to(Device::cpu()), mean, 1e-5, "full-rank PowerSGD on CUDA, call " + std::to_string(call));
+      // P Q^T rebuilds the matrix to rounding, not exactly: zeros of the average come back as
+      // +-1e-7, so the tolerance has an absolute part (the values are of order 1).
+      expect_values(bucket.buffer.to(Device::cpu()), mean, 1e-5, "full-rank PowerSGD on CUDA, call " + std::to_string(call),
+                    1e-5);
     }
     expect(state->q(0).defined() && state->q(0).device() == dev, "PowerSGD ran on the device");
 
