@@ -42,7 +42,7 @@ pack() {
   # One solid xz stream with a large dictionary: the executables share most of their bytes.
   (cd "$build" && tar cf - "${files[@]}") | xz -T1 -9 --lzma2=dict=256MiB > "$pack_dir/build-gpu.tar.xz"
   echo "$root" > "$pack_dir/root"
-  git rev-parse --short HEAD > "$pack_dir/commit"
+  git describe --always --dirty > "$pack_dir/commit"  # -dirty: built with uncommitted changes
   du -sh "$pack_dir" | awk '{print "packed " $2 " (" $1 "); carry \".deps\" and \".gpubin\""}'
 }
 
