@@ -214,7 +214,11 @@ void GroupedOptimizer<Options, Rule>::step(const Tensor& found_inf) {
       ++st.step;
     }
     for (auto& b : batches) {
-      if constexpr (cuda::kBuilt) Rule::launch(o, b.tensors, found_inf_on(found_inf, b.device));
+      if constexpr (cuda::kBuilt) {
+        // A device span, so a profile attributes the fused kernels' time (Note [Device spans]).
+        profiler::DeviceRange span("fused_optimizer_step", profiler::Category::optimizer, b.device.index);
+        Rule::launch(o, b.tensors, found_inf_on(found_inf, b.device));
+      }
       for (auto& [p, work] : b.write_back) p.copy_(work);
     }
     if constexpr (requires(ParamState& s) { Rule::undo_skipped(s); })

@@ -19,6 +19,7 @@
 #include <kiln/core/ops/elementwise.h>
 #include <kiln/core/ops/matmul.h>
 #include <kiln/core/ops/softmax.h>
+#include <kiln/core/profiler/profiler.h>
 
 namespace kiln {
 
@@ -56,6 +57,9 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
 
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
   if constexpr (cuda::kBuilt) {
+    // The kernels are called directly (no dispatch_device line), so the profiler's ranges are here.
+    profiler::Range range("flash_attention", profiler::Category::op);
+    profiler::DeviceRange span("flash_attention", profiler::Category::op, q.device().index);
     cuda::FlashAttentionForward f = cuda::flash_attention_forward(q, k, v, causal, scale);
     const Tensor out = f.out;
     return autograd::record(out, "ScaledDotProductFlashAttentionBackward", {&q, &k, &v}, [&](const autograd::Needs&) {
@@ -63,6 +67,8 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
       return [q = autograd::saved(q), k = autograd::saved(k), v = autograd::saved(v), out = autograd::saved(out),
               lse = f.lse, causal, scale](const Tensor& g, const autograd::OpNode& node) {
         const bool need_dkdv = node.needs_input_grad(1) || node.needs_input_grad(2);
+        profiler::Range range("flash_attention_backward", profiler::Category::op);
+        profiler::DeviceRange span("flash_attention_backward", profiler::Category::op, q.device().index);
         cuda::FlashAttentionGrads d = cuda::flash_attention_backward(g.to(q.dtype()), q, k, v, out, lse, causal, scale,
                                                                      node.needs_input_grad(0), need_dkdv);
         return autograd::Grads{d.dq, d.dk, d.dv};
