@@ -125,8 +125,8 @@ struct Rsub : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T 
 struct Mul : NumericOp { template <class T> KILN_HOST_DEVICE auto operator()(T x, T y) const { return x * y; } };
 struct Div : FloatingOp { template <class T> KILN_HOST_DEVICE T operator()(T x, T y) const { return x / y; } };
 // Integers: exact power by squaring, as PyTorch's integral pow (a negative exponent gives 1 for
-// base 1, +-1 for base -1, else 0; overflow wraps). Not through double pow: CUDA's is not exact
-// at integers (3^1 came back as 2.99..., truncated to 2, on an H100).
+// base 1, +-1 for base -1, else 0; overflow wraps). Not through double pow and a truncating cast:
+// on an H100 that gave 2 where 3 was due (CUDA's pow is not exact at integers).
 template <class T> KILN_HOST_DEVICE T integer_pow(T x, T y) {
   if constexpr (std::is_signed_v<T>) {
     if (y < 0) return x == 1 ? T(1) : x == -1 ? ((y & 1) ? T(-1) : T(1)) : T(0);

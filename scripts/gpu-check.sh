@@ -35,6 +35,8 @@ nvidia-smi -L 2>/dev/null | tee "$logs/gpu.txt" || echo "nvidia-smi: not found" 
 
 start=$(date +%s)
 if [ "$prebuilt" = 1 ]; then
+  [ -x "$build/tests/dist_worker" ] ||
+    { echo "gpu-check: --prebuilt, but $build holds no build (run scripts/device-prebuilt.sh unpack first)"; exit 1; }
   # A build from another machine: find what its executables need among the device's libraries
   # (CUDA's pip wheels, the toolkit), and libgomp in build-gpu/lib if the system has none.
   ldconfig -p | grep -q 'libgomp.so.1 ' || export LD_LIBRARY_PATH="$build/lib:$LD_LIBRARY_PATH"
@@ -50,14 +52,14 @@ if [ "$prebuilt" = 1 ]; then
   echo "export LD_LIBRARY_PATH='$LD_LIBRARY_PATH'" >"$build/env.sh"
   build_note="prebuilt ($(cat .gpubin/commit 2>/dev/null || echo '?')), libraries resolved"
 else
-cmake -S . -B "$build" -G Ninja ${KILN_DEVICE_CMAKE_ARGS:--DCMAKE_BUILD_TYPE=Release} -DKILN_CUDA=ON \
-  >"$logs/configure.txt" 2>&1 || { tail -30 "$logs/configure.txt"; echo "gpu-check: configure failed"; exit 1; }
-if ! cmake --build "$build" -j "$(nproc)" >"$logs/build.txt" 2>&1; then
-  grep -E "error|FAILED" "$logs/build.txt" | head -40
-  echo "gpu-check: build failed (log: $logs/build.txt)"
-  exit 1
-fi
-build_note="ok in $(( $(date +%s) - start )) s"
+  cmake -S . -B "$build" -G Ninja ${KILN_DEVICE_CMAKE_ARGS:--DCMAKE_BUILD_TYPE=Release} -DKILN_CUDA=ON \
+    >"$logs/configure.txt" 2>&1 || { tail -30 "$logs/configure.txt"; echo "gpu-check: configure failed"; exit 1; }
+  if ! cmake --build "$build" -j "$(nproc)" >"$logs/build.txt" 2>&1; then
+    grep -E "error|FAILED" "$logs/build.txt" | head -40
+    echo "gpu-check: build failed (log: $logs/build.txt)"
+    exit 1
+  fi
+  build_note="ok in $(( $(date +%s) - start )) s"
 fi
 note "build" "$build_note"
 

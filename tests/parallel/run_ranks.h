@@ -30,8 +30,7 @@ inline void expect(bool cond, const std::string& what) {
   if (!cond) throw std::runtime_error(what);
 }
 
-// Every element of `t` within rtol of `expected` (exact for integer dtypes).
-// |got - expected| <= rtol * |expected| + atol, element by element.
+// Every element of `t` within rtol * |expected| + atol of `expected` (exact with rtol = atol = 0).
 inline void expect_values(const Tensor& t, const std::vector<double>& expected, double rtol, const std::string& what,
                           double atol = 0) {
   std::vector<double> got = values(t);
