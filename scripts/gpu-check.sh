@@ -78,7 +78,8 @@ fi
 
 if [ "$mode" != "--tests" ]; then
   # Every benchmark appends to one log (the device tool brings back at most 8 files), each under
-  # a time limit so one slow step cannot eat the call; on the H100 the whole list took ~5.5 min.
+  # a time limit so one slow step cannot eat the call (on the H100 the steps that ran there, all but
+  # the floor and all-reduce ones, took ~5.5 min together).
   bench_log=$logs/bench.txt
   : >"$bench_log"
   bench() {  # bench SECONDS COMMAND...: one step, line-buffered into the log, its exit code noted
