@@ -34,6 +34,7 @@
 #include "gpt/bench_step.h"
 #include "gpt/bench_tables.h"
 #include "gpt/mfu.h"
+#include "gpt/model_flags.h"
 
 #ifndef KILN_BENCH_GPT_PY
 #define KILN_BENCH_GPT_PY "bench_gpt.py"
@@ -52,7 +53,8 @@ struct Args {
   std::vector<std::string> torch_modes;
   int threads = 0, rounds = 0, warmup = 2, steps = 10;
   int64_t batch = 0, seq = 0;
-  bool no_torch = false, ddp_overhead = false, bucket_view = false, recompute = false, profile_overhead = false;
+  bool no_torch = false, ddp_overhead = false, bucket_view = false, profile_overhead = false;
+  std::string recompute = "none", fused_head = "auto";
   std::vector<std::string> sharding;  // --sharding: modes to time on --world ranks
   int world = 2;
   double peak_flops = 0;
@@ -123,7 +125,15 @@ int run(Args a) {
                 "of %d steps after %d warm-up, best of %d alternating round(s)\n",
                 a.device.c_str(), a.dtype == "bf16" ? "bf16 autocast" : "f32", threads, a.steps, a.warmup, a.rounds);
   if (cuda) std::printf("%s; peak for MFU %.4g FLOP/s\n", cuda::build_info().c_str(), peak);
-  if (a.recompute) std::printf("activation checkpointing per block (--recompute) on both sides\n");
+  const models::GPTRecompute recompute = apps::parse_recompute_flag(a.recompute);
+  const models::GPTFusedHead fused_head = apps::parse_fused_head(a.fused_head);
+  if (recompute != models::GPTRecompute::none)
+    std::printf("activation checkpointing (--recompute %s) on both sides\n", models::gpt_recompute_name(recompute));
+  std::printf("Kiln's LM head + cross entropy: %s (--fused-head %s)\n",
+              fused_head == models::GPTFusedHead::on || (fused_head == models::GPTFusedHead::automatic && !cuda)
+                  ? "chunked"
+                  : "whole logits",
+              a.fused_head.c_str());
   if (a.ddp_overhead)
     std::printf("DDP: world size 1, %s process group, bucket_cap_mb 25, gradient_as_bucket_view %s\n",
                 group->backend().c_str(), a.bucket_view ? "true" : "false");
@@ -143,7 +153,8 @@ int run(Args a) {
     apps::BenchStepOptions o;
     o.config = c, o.batch = b, o.seq = t, o.device = device, o.amp = amp, o.warmup = a.warmup, o.steps = a.steps;
     o.gradient_as_bucket_view = a.bucket_view;
-    o.recompute = a.recompute;
+    o.recompute = recompute;
+    o.fused_head = fused_head;
     if (!a.ddp_overhead && !a.profile_overhead) o.profiler = &step_profiler;
     if (a.profile_overhead) {
       o.steps = a.steps * a.rounds;
@@ -179,7 +190,7 @@ int run(Args a) {
         apps::Side& side = row.sides[s];
         if (!side.ran && !side.error.empty()) continue;  // failed before: it would again
         const apps::TorchSideOptions torch{a.python, a.script, a.device, a.dtype, a.attention, a.warmup, a.steps,
-                                           a.recompute};
+                                           models::gpt_recompute_name(recompute)};
         std::string v = apps::run_torch(torch, bc, b, t, a.torch_modes[s - 1], threads, side);
         if (!v.empty()) torch_info = v;
       }
@@ -232,8 +243,12 @@ int main(int argc, char** argv) {
   app.add_option("--python", a.python, "python with torch for the reference side")->capture_default_str();
   app.add_option("--torch-script", a.script, "path to bench_gpt.py")->capture_default_str();
   app.add_flag("--no-torch", a.no_torch, "only run the Kiln side");
-  app.add_flag("--recompute", a.recompute, "activation checkpointing per block on both sides (Kiln's "
-               "GPT::set_recompute, torch.utils.checkpoint in PyTorch); MFU still counts the model's FLOPs only");
+  app.add_option("--recompute", a.recompute, "activation checkpointing on both sides (Kiln's GPT::set_recompute, "
+                 "torch.utils.checkpoint in PyTorch): none, block (the flag alone), attention or mlp; MFU still "
+                 "counts the model's FLOPs only")
+      ->expected(0, 1)->default_str("none");
+  app.add_option("--fused-head", a.fused_head, "Kiln's chunked LM head + cross entropy: auto (on the CPU), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
   app.add_flag("--ddp-overhead", a.ddp_overhead, "Kiln only: the step without DDP against the step through "
                "DistributedDataParallel on a one-rank group (Gloo on cpu, NCCL on cuda), two models stepped in "
                "turn (default configs on cuda: gpt2-124m only)");

@@ -8,8 +8,9 @@ f32 master weights, torch.optim.AdamW(fused=True); every timed step is bracketed
 torch.cuda.synchronize(); the peak is torch.cuda.max_memory_allocated() over the timed steps.
 --mode compile wraps the model in torch.compile (torch >= 2.0); its compilation happens in the
 warm-up steps. --attention auto picks F.scaled_dot_product_attention(is_causal=True) where this
-torch has it, else the manual masked softmax. --recompute checkpoints every block
-(torch.utils.checkpoint, non-reentrant), as Kiln's GPT::set_recompute.
+torch has it, else the manual masked softmax. --recompute [block|attention|mlp]
+checkpoints every block or that half of it (torch.utils.checkpoint, non-reentrant), as Kiln's
+GPT::set_recompute.
 
 Prints one JSON line on stdout: {"step_s" (median of the timed steps), "params", "torch",
 "threads", "device", "dtype", "mode", "attention", "fused_adamw", "recompute", "peak_bytes" (cuda;
@@ -72,7 +73,8 @@ def main():
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--padded-vocab", type=int, default=256)
-    ap.add_argument("--recompute", action="store_true", help="activation checkpointing per block")
+    ap.add_argument("--recompute", nargs="?", const="block", default="none",
+                    choices=["none", "block", "attention", "mlp"], help="activation checkpointing (alone: per block)")
     a = ap.parse_args()
     dtype = a.dtype or ("bf16" if a.device == "cuda" else "f32")
     if a.device == "cuda" and not torch.cuda.is_available():

@@ -38,7 +38,8 @@ struct Args {
   int64_t eval_every = 0, eval_tokens = 65536, log_every = 10;
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
-  bool resume = false, recompute = false;
+  bool resume = false;
+  std::string recompute = "none", fused_head = "auto";
   apps::ParallelFlags parallel;
   uint64_t seed = 1337;
   int threads = 0;
@@ -89,8 +90,13 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
                  "final checkpoint");
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
                "schedule, RNG, data cursor), if there is one");
-  app.add_flag("--recompute", a.recompute, "activation checkpointing: keep only each block's input and re-run the "
-               "block in backward (about 1/3 more compute, far less activation memory; same results)");
+  app.add_option("--recompute", a.recompute, "activation checkpointing: none; block (alone: --recompute) keeps only each "
+                 "block's input and re-runs the block in backward (about 1/3 more compute, far less activation "
+                 "memory; same results); attention or mlp re-run only that half")
+      ->expected(0, 1)->default_str("none");
+  app.add_option("--fused-head", a.fused_head, "the chunked LM head + cross entropy (never the whole (B, T, V) "
+                 "logits): auto (on the CPU; off on CUDA until measured there), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
   apps::add_parallel_flags(app, a.parallel, "each transformer block");
   app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
   app.add_option("--device", a.device, "cpu or cuda (under a launcher each rank takes cuda:LOCAL_RANK)")
@@ -140,7 +146,10 @@ int run(Args a) {
   if (!a.entropy_floor) a.entropy_floor = apps::read_entropy_floor(a.train);
 
   default_generator().manual_seed(a.seed);
-  auto model = std::make_shared<models::GPT>(models::GPTOptions(config).seed(a.seed).recompute(a.recompute));
+  auto model = std::make_shared<models::GPT>(models::GPTOptions(config)
+                                                 .seed(a.seed)
+                                                 .recompute(apps::parse_recompute_flag(a.recompute))
+                                                 .fused_head(apps::parse_fused_head(a.fused_head)));
   model->to(device);  // before the optimizer and the trainer see the parameters
   const auto adamw = optim::AdamWOptions(a.lr).betas({0.9, 0.95}).eps(1e-8);
   std::vector<optim::AdamW::Group> groups;

@@ -1,5 +1,13 @@
 // Backward engine. Ready nodes run newest-first (highest sequence number), which for a
 // layered model means last layer first: the order DDP's buckets expect gradients to arrive in.
+//
+// Note [Backward frees gradients]
+// As in PyTorch's engine, a node's input buffer (the gradients w.r.t. its outputs, summed over
+// uses) is taken out of the engine's state when the node runs and freed when it returns; the
+// gradients it returns live only until they are added into the next nodes' buffers. So the live
+// set during backward is: the saved activations of nodes not yet run, the gradients waiting at
+// nodes not yet run, the parameters' .grad, and one node's transients; it does not grow with the
+// number of nodes already run (tests/autograd/test_backward_memory.cpp).
 #include <kiln/autograd/engine.h>
 
 #include <queue>
@@ -20,10 +28,10 @@ struct NodeState {
   std::vector<Tensor> inputs;     // gradient per output slot, summed over uses
 };
 
-void accumulate(std::vector<Tensor>& slots, uint32_t slot, const Tensor& g) {
+void accumulate(std::vector<Tensor>& slots, uint32_t slot, Tensor g) {
   if (!g.defined()) return;
   if (slots.size() <= slot) slots.resize(slot + 1);
-  slots[slot] = slots[slot].defined() ? ops::add(slots[slot], g) : g;
+  slots[slot] = slots[slot].defined() ? ops::add(slots[slot], g) : std::move(g);
 }
 
 struct ByNewest {
@@ -97,18 +105,33 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    NodeState& st = state[n];
-    st.inputs.resize(n->num_outputs());
+    // The node's gradient buffer leaves the map and dies with this iteration, and each output
+    // gradient dies once delivered (Note [Backward frees gradients]).
+    auto it = state.find(n);
+    std::vector<Tensor> inputs = std::move(it->second.inputs);
+    state.erase(it);
+    inputs.resize(n->num_outputs());
     profiler::Range range(profiler::Category::backward, [n] { return n->name(); });
-    std::vector<Tensor> out = n->run(std::move(st.inputs));
+    std::vector<Tensor> out = n->run(std::move(inputs));
+    inputs.clear();
     if (!retain_graph) n->release();
+    if (profiler::enabled()) [[unlikely]] {
+      // The memory counter track over the backward pass, one sample per node (on its device).
+      Device device = Device::cpu();
+      for (const Tensor& g : out)
+        if (g.defined()) {
+          device = g.device();
+          break;
+        }
+      profiler::record_memory_counters(device);
+    }
     KILN_ASSERT(out.size() == n->next_edges.size() || out.empty(), n->name(), " returned ", out.size(),
                 " gradients for ", n->next_edges.size(), " inputs");
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       const Edge& e = n->next_edges[i];
       if (!e.valid()) continue;
       NodeState& next = state[e.fn.get()];
-      if (i < out.size()) accumulate(next.inputs, e.input_nr, out[i]);
+      if (i < out.size()) accumulate(next.inputs, e.input_nr, std::move(out[i]));
       if (--next.dependencies == 0) ready.push(e.fn.get());
     }
   }

@@ -40,9 +40,11 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
              leaf.shape());
   NoGradGuard no_grad;
   if (!m.grad.defined()) {
-    // A fresh gradient buffer the leaf owns (never alias a tensor the graph may still use).
-    m.grad = g.to(leaf.dtype()).contiguous();
-    if (m.grad.is_same(g) || m.grad.storage() == g.storage()) m.grad = m.grad.clone();
+    // A gradient buffer the leaf owns alone (never alias a tensor the graph or a hook may still
+    // use): g itself when nobody else holds it (as PyTorch's AccumulateGrad steals it), else a copy.
+    if (g.dtype() != leaf.dtype() || !g.is_contiguous()) g = g.to(leaf.dtype()).contiguous();
+    else if (!g.is_sole_owner() || g.impl()->autograd_meta() != nullptr) g = g.clone();
+    m.grad = std::move(g);
   } else {
     // In place: .grad may be a view into a DDP bucket (Note [Bucket views] in parallel/).
     ops::add_(m.grad, g);

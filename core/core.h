@@ -10,6 +10,7 @@
 #include <kiln/core/error.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/generator.h>
+#include <kiln/core/memory_stats.h>
 #include <kiln/core/parallel.h>
 #include <kiln/core/profiler/profiler.h>
 #include <kiln/core/profiler/summary.h>

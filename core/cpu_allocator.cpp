@@ -100,8 +100,14 @@ class CachingCpuAllocator final : public Allocator {
     return stats_;
   }
 
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  }
+
  private:
   void note_alloc(size_t bytes) {
+    ++stats_.num_allocs;
     stats_.allocated_bytes += bytes;
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   }
@@ -122,6 +128,7 @@ CachingCpuAllocator& instance() {
 
 Allocator* cpu_allocator() { return &instance(); }
 CpuAllocatorStats cpu_allocator_stats() { return instance().stats(); }
+void cpu_reset_peak_stats() { instance().reset_peak(); }
 void cpu_empty_cache() { instance().empty_cache(); }
 void set_cpu_cache_limit(size_t bytes) { instance().set_limit(bytes); }
 

@@ -53,7 +53,16 @@ static Tensor derived(const Tensor& in, Tensor out, detail::Derivation::Kind kin
   if (in.impl()->autograd_meta() == nullptr) [[likely]] return out;
   auto hook = detail::autograd_derived_hook();
   if (hook == nullptr) return out;
-  return hook(in, std::move(out), {kind, std::forward<Replay>(replay)});
+  return hook(in, std::move(out), {kind, std::forward<Replay>(replay), nullptr});
+}
+// A view with an inverse (see Derivation::inverse): its gradient is inverse(g).
+template <class Replay, class Inverse>
+static Tensor derived_view(const Tensor& in, Tensor out, Replay&& replay, Inverse&& inverse) {
+  if (in.impl()->autograd_meta() == nullptr) [[likely]] return out;
+  auto hook = detail::autograd_derived_hook();
+  if (hook == nullptr) return out;
+  return hook(in, std::move(out),
+              {detail::Derivation::Kind::view, std::forward<Replay>(replay), std::forward<Inverse>(inverse)});
 }
 constexpr auto kView = detail::Derivation::Kind::view;
 constexpr auto kExpand = detail::Derivation::Kind::expand;
@@ -72,6 +81,11 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 
 void check_defined(const Tensor& t, const char* op, const char* arg) {
   KILN_CHECK(t.defined(), op, ": ", arg, " is an undefined tensor");
+}
+
+bool Tensor::is_sole_owner() const {
+  return defined() && impl_.use_count() == 1 && storage().use_count() == 1 && offset() == 0 && is_contiguous() &&
+         nbytes() == storage()->nbytes();
 }
 
 int64_t Tensor::size(int64_t d) const { return impl_->shape()[wrap_dim(d, dim(), "size")]; }
@@ -169,15 +183,17 @@ Tensor Tensor::view(const Shape& shape) const {
   auto st = view_strides(this->shape(), strides(), s);
   KILN_CHECK(st.has_value(), "view: cannot view a tensor of shape ", this->shape(), " and strides ", strides(),
              " as ", s, " without a copy; use reshape()");
-  return derived(*this, make_tensor(storage(), dtype(), s, *st, offset()), kView,
-                 [s](const Tensor& t) { return t.view(s); });
+  return derived_view(*this, make_tensor(storage(), dtype(), s, *st, offset()),
+                      [s](const Tensor& t) { return t.view(s); },
+                      [in = this->shape()](const Tensor& g) { return g.reshape(in); });
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   Shape s = infer_shape(shape, numel(), this->shape(), "reshape");
   if (auto st = view_strides(this->shape(), strides(), s))
-    return derived(*this, make_tensor(storage(), dtype(), s, *st, offset()), kView,
-                   [s](const Tensor& t) { return t.reshape(s); });
+    return derived_view(*this, make_tensor(storage(), dtype(), s, *st, offset()),
+                        [s](const Tensor& t) { return t.reshape(s); },
+                        [in = this->shape()](const Tensor& g) { return g.reshape(in); });
   return contiguous().view(s);  // both steps record themselves
 }
 
@@ -188,8 +204,9 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   if (dim() == 0) return *this;
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
-  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
-                 [a, b](const Tensor& t) { return t.transpose(a, b); });
+  return derived_view(*this, make_tensor(storage(), dtype(), s, st, offset()),
+                      [a, b](const Tensor& t) { return t.transpose(a, b); },
+                      [a, b](const Tensor& g) { return g.transpose(a, b); });
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
@@ -205,8 +222,11 @@ Tensor Tensor::permute(const Shape& dims) const {
     s[i] = shape()[d];
     st[i] = strides()[d];
   }
-  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
-                 [dims](const Tensor& t) { return t.permute(dims); });
+  Shape inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], dim(), "permute")] = static_cast<int64_t>(i);
+  return derived_view(*this, make_tensor(storage(), dtype(), s, st, offset()),
+                      [dims](const Tensor& t) { return t.permute(dims); },
+                      [inverse](const Tensor& g) { return g.permute(inverse); });
 }
 
 Tensor Tensor::t() const {
@@ -226,8 +246,11 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Strides st = strides();
   s[d] = (end - start + step - 1) / step;
   st[d] *= step;
-  return derived(*this, make_tensor(storage(), dtype(), s, st, offset() + start * strides()[d]), kView,
-                 [=](const Tensor& t) { return t.slice(d, start, end, step); });
+  Tensor out = make_tensor(storage(), dtype(), s, st, offset() + start * strides()[d]);
+  if (s[d] == n)  // the whole range: the gradient is g itself
+    return derived_view(*this, std::move(out), [=](const Tensor& t) { return t.slice(d, start, end, step); },
+                        [](const Tensor& g) { return g; });
+  return derived(*this, std::move(out), kView, [=](const Tensor& t) { return t.slice(d, start, end, step); });
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -284,8 +307,9 @@ Tensor Tensor::squeeze() const {
       s.push_back(shape()[i]);
       st.push_back(strides()[i]);
     }
-  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
-                 [](const Tensor& t) { return t.squeeze(); });
+  return derived_view(*this, make_tensor(storage(), dtype(), s, st, offset()),
+                      [](const Tensor& t) { return t.squeeze(); },
+                      [in = shape()](const Tensor& g) { return g.reshape(in); });
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -296,8 +320,9 @@ Tensor Tensor::squeeze(int64_t d) const {
     s.erase(s.begin() + d);
     st.erase(st.begin() + d);
   }
-  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
-                 [d](const Tensor& t) { return t.squeeze(d); });
+  return derived_view(*this, make_tensor(storage(), dtype(), s, st, offset()),
+                      [d](const Tensor& t) { return t.squeeze(d); },
+                      [in = shape()](const Tensor& g) { return g.reshape(in); });
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -307,8 +332,9 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t stride = d < dim() ? strides()[d] * shape()[d] : 1;
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, stride);
-  return derived(*this, make_tensor(storage(), dtype(), s, st, offset()), kView,
-                 [d](const Tensor& t) { return t.unsqueeze(d); });
+  return derived_view(*this, make_tensor(storage(), dtype(), s, st, offset()),
+                      [d](const Tensor& t) { return t.unsqueeze(d); },
+                      [in = shape()](const Tensor& g) { return g.reshape(in); });
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {

@@ -68,6 +68,10 @@ class Tensor {
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // True when this handle is the only one to its tensor and the tensor the only one over its
+  // storage, which it fills exactly: nobody else can see a write to it (autograd steals such
+  // gradients instead of copying them).
+  bool is_sole_owner() const;
 
   // Metadata.
   const Shape& shape() const { return impl_->shape(); }
@@ -168,10 +172,14 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 namespace detail {
 // How a tensor derived by a core method (view, copy, cast) relates to its input, so autograd can
-// record it. `replay` re-applies a view to any tensor shaped like the input.
+// record it. `replay` re-applies a view to any tensor shaped like the input. `inverse`, set for
+// views that reach every element of the input exactly once (view, reshape, transpose, permute,
+// squeeze, unsqueeze, a full-range slice), maps a tensor shaped like the view back to the input's
+// shape, as a view where the layout allows: the view's gradient then needs no zeros and no copy.
 struct Derivation {
   enum class Kind { view, expand, copy } kind = Kind::view;
   std::function<Tensor(const Tensor&)> replay;
+  std::function<Tensor(const Tensor&)> inverse;
 };
 // Installed once by kiln_autograd, before the first tensor gets autograd state; core calls it only
 // for inputs that carry such state (autograd_meta() set), so plain tensors never pay for it. The

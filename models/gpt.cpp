@@ -86,8 +86,11 @@ GPTAttention::GPTAttention(const GPTConfig& config, Generator& dropout_gen, Gene
 Tensor GPTAttention::forward(const Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), c = config_.n_embd, h = config_.n_head, d = c / h;
   Tensor qkv = c_attn->forward(x);  // (B, T, 3C)
-  auto heads = [&](int64_t i) { return qkv.slice(2, i * c, (i + 1) * c).reshape({b, t, h, d}).transpose(1, 2); };
+  // One split node: the backward fills one (B, T, 3C) gradient (autograd/ops/join.cpp).
+  std::vector<Tensor> parts = split(qkv, c, 2);  // 3 x (B, T, C) views
+  auto heads = [&](int64_t i) { return parts[i].reshape({b, t, h, d}).transpose(1, 2); };
   Tensor q = heads(0), k = heads(1), v = heads(2);  // (B, H, T, D)
+  parts.clear();
   const bool drop = is_training() && config_.dropout > 0.0;
   Tensor y;
   if (drop) {
@@ -112,11 +115,13 @@ GPTMLP::GPTMLP(const GPTConfig& config, Generator& dropout_gen, Generator& init_
 }
 
 Tensor GPTMLP::forward(const Tensor& x) {
-  Tensor y = c_proj->forward(gelu(c_fc->forward(x), GeluApproximate::tanh));
+  // gelu_linear keeps only c_fc's output for the backward, not the GELU's as well (bitwise
+  // linear(gelu(h)); autograd/ops/gelu_linear.h).
+  Tensor y = gelu_linear(c_fc->forward(x), c_proj->weight, c_proj->bias, GeluApproximate::tanh);
   return dropout(y, config_.dropout, is_training() && config_.dropout > 0.0, *dropout_gen_);
 }
 
-GPTBlock::GPTBlock(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen) {
+GPTBlock::GPTBlock(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen) : dropout_gen_(&dropout_gen) {
   auto ln = [&] { return std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({config.n_embd}).bias(config.bias)); };
   ln_1 = register_module("ln_1", ln());
   attn = register_module("attn", std::make_shared<GPTAttention>(config, dropout_gen, init_gen));
@@ -125,8 +130,17 @@ GPTBlock::GPTBlock(const GPTConfig& config, Generator& dropout_gen, Generator& i
 }
 
 Tensor GPTBlock::forward(const Tensor& x) {
-  Tensor y = x + attn->forward(ln_1->forward(x));
-  return y + mlp->forward(ln_2->forward(y));
+  // The block lives as long as the model, which must outlive the backward pass.
+  auto attn_half = [this](const Tensor& in) { return attn->forward(ln_1->forward(in)); };
+  auto mlp_half = [this](const Tensor& in) { return mlp->forward(ln_2->forward(in)); };
+  const bool recording = grad_mode_enabled();
+  Tensor a = recording && recompute_ == GPTRecompute::attention ? autograd::checkpoint(attn_half, x, {dropout_gen_})
+                                                                  : attn_half(x);
+  Tensor y = x + a;
+  a = Tensor();
+  Tensor m = recording && recompute_ == GPTRecompute::mlp ? autograd::checkpoint(mlp_half, y, {dropout_gen_})
+                                                            : mlp_half(y);
+  return y + m;
 }
 
 GPTTransformer::GPTTransformer(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen) {
@@ -145,7 +159,7 @@ GPTBlock& GPTTransformer::block(size_t i) const { return *h->at<GPTBlock>(i); }
 GPT::GPT(const GPTOptions& options)
     : config_(options.config_),
       dropout_gen_(std::make_unique<Generator>(options.seed_ ^ 0xD80D80D80ull)),
-      recompute_(options.recompute_) {
+      fused_head_(options.fused_head_) {
   config_.validate();
   // The layers' own default init is drawn from a scratch generator (never the process default)
   // and then overwritten by reset_parameters.
@@ -153,6 +167,33 @@ GPT::GPT(const GPTOptions& options)
   transformer = register_module("transformer", std::make_shared<GPTTransformer>(config_, *dropout_gen_, scratch));
   Generator own(options.seed_);
   reset_parameters(options.generator_ ? *options.generator_ : own);
+  set_recompute(options.recompute_);
+}
+
+void GPT::set_recompute(GPTRecompute mode) {
+  recompute_ = mode;
+  const bool half = mode == GPTRecompute::attention || mode == GPTRecompute::mlp;
+  for (size_t i = 0; i < transformer->h->size(); ++i)
+    transformer->block(i).set_half_recompute(half ? mode : GPTRecompute::none);
+}
+
+GPTRecompute parse_gpt_recompute(const std::string& name) {
+  if (name == "none" || name == "off") return GPTRecompute::none;
+  if (name == "block" || name == "on") return GPTRecompute::block;
+  if (name == "attention" || name == "attn") return GPTRecompute::attention;
+  if (name == "mlp") return GPTRecompute::mlp;
+  KILN_FAIL("unknown recompute mode '", name, "'; the modes are: none, block, attention, mlp");
+  return GPTRecompute::none;
+}
+
+const char* gpt_recompute_name(GPTRecompute mode) {
+  switch (mode) {
+    case GPTRecompute::none: return "none";
+    case GPTRecompute::block: return "block";
+    case GPTRecompute::attention: return "attention";
+    case GPTRecompute::mlp: return "mlp";
+  }
+  return "?";
 }
 
 // GPT-2 / nanoGPT: every Linear and Embedding weight ~ N(0, 0.02), biases 0, LayerNorms 1 and 0,
@@ -179,6 +220,10 @@ void GPT::reset_parameters(Generator& gen) {
 }
 
 Tensor GPT::forward(const Tensor& idx) {
+  return linear(hidden(idx), transformer->wte->weight);  // (B, T, padded_vocab_size), Note [Tied LM head]
+}
+
+Tensor GPT::hidden(const Tensor& idx) {
   check_defined(idx, "GPT::forward", "idx");
   KILN_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
              "GPT::forward: idx must hold integer token ids (i64 or i32), got ", idx.dtype());
@@ -191,7 +236,7 @@ Tensor GPT::forward(const Tensor& idx) {
   x = dropout(x, config_.dropout, is_training() && config_.dropout > 0.0, *dropout_gen_);
   for (const auto& module : *transformer->h) {
     GPTBlock* block = static_cast<GPTBlock*>(module.get());
-    if (recompute_ && grad_mode_enabled()) {
+    if (recompute_ == GPTRecompute::block && grad_mode_enabled()) {
       // The block lives as long as the model, which must outlive the backward pass.
       // nn::call runs the block's forward hooks (an FSDP unit gathers there), in the recompute too.
       x = autograd::checkpoint([block](const Tensor& in) { return nn::call(*block, in); }, x, {dropout_gen_.get()});
@@ -199,14 +244,17 @@ Tensor GPT::forward(const Tensor& idx) {
       x = nn::call(*block, x);
     }
   }
-  x = transformer->ln_f->forward(x);
-  return linear(x, transformer->wte->weight);  // (B, T, padded_vocab_size), Note [Tied LM head]
+  return transformer->ln_f->forward(x);  // (B, T, C)
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
   check_defined(targets, "GPT::loss", "targets");
   KILN_CHECK(targets.shape() == idx.shape(), "GPT::loss: targets of shape ", targets.shape(),
              " must match idx of shape ", idx.shape());
+  const bool fused = fused_head_ == GPTFusedHead::on || (fused_head_ == GPTFusedHead::automatic && idx.device().is_cpu());
+  if (fused)  // Note [Chunked LM head]: the (B, T, V) logits never exist whole
+    return linear_cross_entropy(hidden(idx), transformer->wte->weight, targets,
+                                LinearCrossEntropyOptions().classes(config_.vocab_size).ignore_index(-1));
   Tensor logits = forward(idx).slice(2, 0, config_.vocab_size);  // Note [Padded vocabulary]
   return cross_entropy(logits, targets, CrossEntropyOptions().ignore_index(-1));
 }

@@ -58,14 +58,33 @@ struct GPTConfig {
 GPTConfig gpt_config(const std::string& name);
 std::vector<std::string> gpt_config_names();
 
+// What GPT re-runs in backward instead of keeping (activation checkpointing, GPT::set_recompute):
+//   none       keep every activation;
+//   block      keep each block's input only, re-run the whole block (the most memory saved);
+//   attention  re-run ln_1 and attention (the T-sized attention and q/k/v activations go);
+//   mlp        re-run ln_2 and the MLP (the 4C-wide fc and GELU activations go).
+enum class GPTRecompute { none, block, attention, mlp };
+// "none", "block", "attention" / "attn", "mlp" (and "off"/"on" for none/block); anything else
+// fails naming the choices.
+GPTRecompute parse_gpt_recompute(const std::string& name);
+const char* gpt_recompute_name(GPTRecompute mode);
+
+// Whether GPT::loss computes the LM head and cross entropy chunk by chunk (Note [Chunked LM
+// head], autograd/ops/linear_cross_entropy.h): auto = on for CPU tensors, where it was measured at
+// least as fast, and off on CUDA until a GPU run has measured it (README, "Memory").
+enum class GPTFusedHead { automatic, on, off };
+
 struct GPTOptions {
   GPTConfig config_;
   KILN_ARG(uint64_t, seed) = 1337;            // init draws (without a generator) and dropout masks
   Generator* generator_ = nullptr;  // init draws from here when set
-  KILN_ARG(bool, recompute) = false;          // activation checkpointing per block, see GPT::set_recompute
+  GPTRecompute recompute_ = GPTRecompute::none;  // see GPT::set_recompute
+  KILN_ARG(GPTFusedHead, fused_head) = GPTFusedHead::automatic;
 
   explicit GPTOptions(GPTConfig config) : config_(config) {}
   GPTOptions& generator(Generator& g) { generator_ = &g; return *this; }
+  GPTOptions& recompute(GPTRecompute mode) { recompute_ = mode; return *this; }
+  GPTOptions& recompute(bool on) { recompute_ = on ? GPTRecompute::block : GPTRecompute::none; return *this; }
 };
 
 // One optimizer group of GPT::param_groups: these parameters share this weight decay.
@@ -112,10 +131,17 @@ class GPTBlock : public nn::Module {
   GPTBlock(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen);
   Tensor forward(const Tensor& x);
   std::string name() const override { return "GPTBlock"; }
+  // attention / mlp: that half runs under autograd::checkpoint while recording (GPT sets this;
+  // block-wide recompute is GPT's own, around nn::call of the block).
+  void set_half_recompute(GPTRecompute mode) { recompute_ = mode; }
 
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<GPTAttention> attn;
   std::shared_ptr<GPTMLP> mlp;
+
+ private:
+  Generator* dropout_gen_;
+  GPTRecompute recompute_ = GPTRecompute::none;
 };
 
 // The "transformer" child: wte, wpe, h (ModuleList of GPTBlock), ln_f. Holds parameters only;
@@ -171,12 +197,21 @@ class GPT : public nn::Module {
   // Masks for every dropout in the model come from here (seeded by options.seed).
   Generator& dropout_generator() { return *dropout_gen_; }
 
-  // Activation checkpointing: with recording on, each block runs under autograd::checkpoint, so
-  // the graph keeps only every block's (B, T, C) input and backward re-runs the block (about a
-  // third more compute for a fraction of the activation memory). Gradients, dropout masks and
-  // losses are the same as without it (Note [Checkpoint recompute]).
-  void set_recompute(bool on) { recompute_ = on; }
-  bool recompute() const { return recompute_; }
+  // Activation checkpointing: with recording on, each block (or only its attention or MLP half,
+  // GPTRecompute) runs under autograd::checkpoint, so the graph keeps only that piece's (B, T, C)
+  // input and backward re-runs it (up to a third more compute for a fraction of the activation
+  // memory). Gradients, dropout masks and losses are the same as without it (Note [Checkpoint
+  // recompute]). set_recompute(true) is block.
+  void set_recompute(bool on) { set_recompute(on ? GPTRecompute::block : GPTRecompute::none); }
+  void set_recompute(GPTRecompute mode);
+  bool recompute() const { return recompute_ != GPTRecompute::none; }
+  GPTRecompute recompute_mode() const { return recompute_; }
+
+  // The chunked LM head + cross entropy in loss() (GPTFusedHead).
+  void set_fused_head(GPTFusedHead mode) { fused_head_ = mode; }
+  GPTFusedHead fused_head() const { return fused_head_; }
+  // The final layer norm's output (B, T, C): forward() without the LM head.
+  Tensor hidden(const Tensor& idx);
 
   std::string name() const override { return "GPT"; }
   std::string extra_repr() const override;
@@ -186,7 +221,8 @@ class GPT : public nn::Module {
  private:
   GPTConfig config_;
   std::unique_ptr<Generator> dropout_gen_;  // stable address: the blocks hold a pointer
-  bool recompute_ = false;
+  GPTRecompute recompute_ = GPTRecompute::none;
+  GPTFusedHead fused_head_ = GPTFusedHead::automatic;
 };
 
 // "124.48M", "1.32B", "842.50K", "12".

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <kiln/core/profiler/profiler.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::nn {
@@ -129,6 +130,8 @@ Tensor call(M& module, Args&&... args) {
   module.run_forward_pre_hooks();
   Tensor out = module.forward(std::forward<Args>(args)...);
   module.run_forward_hooks(out);
+  if (profiler::enabled()) [[unlikely]]
+    profiler::record_memory_counters(out.defined() ? out.device() : Device::cpu());
   return out;
 }
 

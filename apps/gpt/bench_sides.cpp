@@ -62,7 +62,7 @@ std::string run_torch(const TorchSideOptions& a, const BenchConfig& bc, int64_t 
       << " --batch " << b << " --seq " << t << " --warmup " << a.warmup << " --steps " << a.steps << " --n-layer "
       << c.n_layer << " --n-head " << c.n_head << " --n-embd " << c.n_embd << " --block " << c.block_size
       << " --vocab " << c.vocab_size << " --padded-vocab " << c.padded_vocab_size;
-  if (a.recompute) cmd << " --recompute";
+  if (a.recompute != "none") cmd << " --recompute " << a.recompute;
   int status = 0;
   const std::string out = bench::run_command(cmd.str(), &status);
   nlohmann::json j;

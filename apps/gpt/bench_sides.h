@@ -46,7 +46,7 @@ struct Side {
 struct TorchSideOptions {
   std::string python, script, device, dtype, attention;
   int warmup = 2, steps = 10;
-  bool recompute = false;
+  std::string recompute = "none";  // none, block, attention, mlp
 };
 
 // Runs the PyTorch side once in `mode` and records it in `side`; returns "<torch version> (<attention>...)"

@@ -33,7 +33,7 @@ void synchronize(Device device) {
 class Runner {
  public:
   explicit Runner(const BenchStepOptions& o)
-      : o_(o), model_(std::make_shared<models::GPT>(models::GPTOptions(o.config).recompute(o.recompute))) {
+      : o_(o), model_(std::make_shared<models::GPT>(models::GPTOptions(o.config).recompute(o.recompute).fused_head(o.fused_head))) {
     model_->to(o.device);
     model_->train();
     opt_ = std::make_unique<optim::AdamW>(model_->parameters(), optim::AdamWOptions(3e-4).weight_decay(0.1));

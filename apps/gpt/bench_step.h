@@ -23,7 +23,8 @@ struct BenchStepOptions {
   Device device = Device::cpu();
   DType amp = DType::f32;  // f32: no autocast; bf16: autocast to bf16, f32 master weights (as train_gpt)
   int warmup = 2, steps = 10;
-  bool recompute = false;  // GPT::set_recompute: activation checkpointing per block
+  models::GPTRecompute recompute = models::GPTRecompute::none;  // GPT::set_recompute
+  models::GPTFusedHead fused_head = models::GPTFusedHead::automatic;  // GPT::set_fused_head
   // Non-null: the step runs through DistributedDataParallel over this group (prepare_forward,
   // forward, backward, finish_gradient_synchronization, step), as dist::Trainer drives it.
   std::shared_ptr<dist::ProcessGroup> ddp_group;

@@ -20,4 +20,15 @@ models::GPTConfig apply_overrides(const ModelFlags& f, models::GPTConfig c) {
   return c;
 }
 
+models::GPTRecompute parse_recompute_flag(const std::string& value) {
+  return value.empty() ? models::GPTRecompute::block : models::parse_gpt_recompute(value);
+}
+
+models::GPTFusedHead parse_fused_head(const std::string& value) {
+  if (value == "on") return models::GPTFusedHead::on;
+  if (value == "off") return models::GPTFusedHead::off;
+  KILN_CHECK(value == "auto", "--fused-head: expected auto, on or off, got '", value, "'");
+  return models::GPTFusedHead::automatic;
+}
+
 }  // namespace kiln::apps

@@ -22,4 +22,9 @@ void add_model_flags(CLI::App& app, ModelFlags& flags, const std::string& model_
 // `config` with the overrides applied, validated.
 models::GPTConfig apply_overrides(const ModelFlags& flags, models::GPTConfig config);
 
+// --recompute [MODE]: "" (the flag alone) is block; else models::parse_gpt_recompute.
+models::GPTRecompute parse_recompute_flag(const std::string& value);
+// --fused-head auto|on|off.
+models::GPTFusedHead parse_fused_head(const std::string& value);
+
 }  // namespace kiln::apps

@@ -8,9 +8,11 @@
 #include <kiln/autograd/ops/cross_entropy.h>
 #include <kiln/autograd/ops/dropout.h>
 #include <kiln/autograd/ops/elementwise.h>
+#include <kiln/autograd/ops/gelu_linear.h>
 #include <kiln/autograd/ops/index.h>
 #include <kiln/autograd/ops/join.h>
 #include <kiln/autograd/ops/layer_norm.h>
+#include <kiln/autograd/ops/linear_cross_entropy.h>
 #include <kiln/autograd/ops/loss.h>
 #include <kiln/autograd/ops/matmul.h>
 #include <kiln/autograd/ops/pool.h>

@@ -102,7 +102,9 @@ inline void counter(const char* name, Arg a0, Arg a1 = {}, Arg a2 = {}) noexcept
 
 // Counter samples of the allocators: "cpu memory" {allocated, peak, cached} and, on CUDA, "cuda:<i>
 // memory" {allocated, peak, reserved} for `device` when it is a CUDA device. Called once per step
-// by the step schedule (step_schedule.h).
+// by the step schedule (step_schedule.h), after every module's forward (nn::call) and after every
+// backward node, so a trace shows allocated bytes rising through the forward and falling through
+// the backward.
 void record_memory_counters(Device device = Device::cpu()) noexcept;
 
 // Note [Device spans]

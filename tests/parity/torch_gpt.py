@@ -78,31 +78,44 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config, attention):
+    """`half`: "attention" or "mlp" checkpoints that half while training (GPTRecompute)."""
+
+    def __init__(self, config, attention, half=None):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd)
         self.attn = CausalSelfAttention(config, attention)
         self.ln_2 = nn.LayerNorm(config.n_embd)
         self.mlp = MLP(config)
+        self.half = half
 
     def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        ckpt = self.training and torch.is_grad_enabled()
+        attn_half = lambda h: self.attn(self.ln_1(h))  # noqa: E731
+        mlp_half = lambda h: self.mlp(self.ln_2(h))  # noqa: E731
+        run = lambda f, h, name: (torch.utils.checkpoint.checkpoint(f, h, use_reentrant=False)  # noqa: E731
+                                  if ckpt and self.half == name else f(h))
+        x = x + run(attn_half, x, "attention")
+        return x + run(mlp_half, x, "mlp")
 
 
 class GPT(nn.Module):
-    """`recompute`: activation checkpointing per block while training (torch.utils.checkpoint,
-    non-reentrant), as kiln::models::GPT::set_recompute."""
+    """`recompute`: activation checkpointing while training (torch.utils.checkpoint,
+    non-reentrant), as kiln::models::GPT::set_recompute: False/"none", True/"block" (per block),
+    "attention" or "mlp" (that half of every block)."""
 
     def __init__(self, config, attention="auto", recompute=False):
         super().__init__()
         self.config = config
         self.attention = resolve_attention(attention)
-        self.recompute = recompute
+        mode = {False: "none", True: "block"}.get(recompute, recompute)
+        assert mode in ("none", "block", "attention", "mlp"), f"unknown recompute mode {recompute!r}"
+        self.recompute = mode == "block"
+        half = mode if mode in ("attention", "mlp") else None
         c = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(c.padded_vocab_size, c.n_embd), wpe=nn.Embedding(c.block_size, c.n_embd),
-            h=nn.ModuleList([Block(c, self.attention) for _ in range(c.n_layer)]), ln_f=nn.LayerNorm(c.n_embd)))
+            h=nn.ModuleList([Block(c, self.attention, half) for _ in range(c.n_layer)]),
+            ln_f=nn.LayerNorm(c.n_embd)))
         self.lm_head = nn.Linear(c.n_embd, c.padded_vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied
 
