@@ -206,7 +206,20 @@ int run(Args a) {
   }
   if (!a.ddp_overhead && !a.no_torch) std::printf("PyTorch %s\n", torch_info.empty() ? "(no result)" : torch_info.c_str());
   if (a.ddp_overhead) apps::print_ddp_overhead_table(rows, kDdpOverheadGoal);
-  else apps::print_sides_table(rows, peak, cuda);
+  else apps::print_sides_table(rows, peak);
+  // The formula next to the measurement (models/gpt_memory.h): Kiln's peak above is the allocator's.
+  for (const apps::BenchRow& r : rows) {
+    const int64_t d = r.bc.config.n_embd / r.bc.config.n_head;
+    const bool fused = fused_head == models::GPTFusedHead::on || (fused_head == models::GPTFusedHead::automatic && !cuda);
+    const models::GPTMemoryEstimate est = models::estimate_gpt_training_memory(
+        r.bc.config, r.b, r.t,
+        models::GPTMemoryOptions{amp != DType::f32, cuda && amp != DType::f32 && (d == 64 || d == 128), recompute, fused});
+    const double g = double(int64_t(1) << 30);
+    std::printf("%s memory formula: %.2f GiB after forward (weights+AdamW %.2f, 16-bit weight copies %.2f, "
+                "activations %.2f, head %.2f), peak %.2f GiB with gradients and transients\n",
+                r.bc.name.c_str(), est.after_forward() / g, (est.parameters + est.optimizer) / g, est.weight_copies / g,
+                est.activations / g, est.head / g, est.peak() / g);
+  }
   return 0;
 }
 
@@ -244,9 +257,9 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", a.script, "path to bench_gpt.py")->capture_default_str();
   app.add_flag("--no-torch", a.no_torch, "only run the Kiln side");
   app.add_option("--recompute", a.recompute, "activation checkpointing on both sides (Kiln's GPT::set_recompute, "
-                 "torch.utils.checkpoint in PyTorch): none, block (the flag alone), attention or mlp; MFU still "
-                 "counts the model's FLOPs only")
-      ->expected(0, 1)->default_str("none");
+                 "torch.utils.checkpoint in PyTorch): none (default), block (the flag alone), attention or mlp; MFU "
+                 "still counts the model's FLOPs only")
+      ->expected(0, 1)->default_str("block");  // the value the flag alone takes
   app.add_option("--fused-head", a.fused_head, "Kiln's chunked LM head + cross entropy: auto (on the CPU), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
   app.add_flag("--ddp-overhead", a.ddp_overhead, "Kiln only: the step without DDP against the step through "

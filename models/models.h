@@ -6,3 +6,4 @@
 #include <kiln/models/gpt.h>
 #include <kiln/models/gpt_hf.h>
 #include <kiln/models/gpt_kv_cache.h>
+#include <kiln/models/gpt_memory.h>

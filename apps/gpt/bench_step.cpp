@@ -96,8 +96,7 @@ std::vector<StepTiming> run(const std::vector<BenchStepOptions>& variants) {
   for (int i = 0; i < o.warmup; ++i)
     for (auto& r : runners) r->step();
   synchronize(o.device);
-  if constexpr (cuda::kBuilt)
-    if (o.device.is_cuda()) cuda::reset_peak_stats(o.device.index);
+  reset_peak_memory_stats(o.device);  // CPU or CUDA: the timed steps' own peak
   const size_t n = runners.size();
   std::vector<std::vector<double>> times(n);
   for (int i = 0; i < o.steps; ++i)
@@ -105,9 +104,7 @@ std::vector<StepTiming> run(const std::vector<BenchStepOptions>& variants) {
       const size_t v = (size_t(i) + k) % n;
       times[v].push_back(runners[v]->timed_step());
     }
-  int64_t peak = 0;
-  if constexpr (cuda::kBuilt)
-    if (o.device.is_cuda()) peak = cuda::memory_stats(o.device.index).peak_allocated_bytes;
+  const int64_t peak = memory_stats(o.device).peak_allocated_bytes;
   std::vector<StepTiming> out(n);
   for (size_t v = 0; v < n; ++v) {
     out[v].step_seconds = times[v];

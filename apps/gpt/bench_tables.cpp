@@ -10,9 +10,11 @@ namespace kiln::apps {
 
 namespace {
 
+// "-" for a side that reports no peak (PyTorch on the CPU has no allocator statistics).
 std::string gib(int64_t bytes) {
+  if (bytes <= 0) return "-";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", double(bytes) / double(int64_t(1) << 30));
+  std::snprintf(buf, sizeof buf, bytes < (int64_t(1) << 30) ? "%.3f" : "%.2f", double(bytes) / double(int64_t(1) << 30));
   return buf;
 }
 
@@ -27,7 +29,7 @@ double median_step_ratio(const std::vector<double>& without, const std::vector<d
   return ratios[ratios.size() / 2];
 }
 
-void print_sides_table(const std::vector<BenchRow>& rows, double peak, bool cuda) {
+void print_sides_table(const std::vector<BenchRow>& rows, double peak) {
   std::printf("%-10s %12s %-14s %10s %12s %7s %9s %10s\n", "config", "B x T", "side", "ms/step", "tok/s", "MFU",
               "peak GiB", "kiln/this");
   for (const BenchRow& r : rows) {
@@ -43,7 +45,7 @@ void print_sides_table(const std::vector<BenchRow>& rows, double peak, bool cuda
       if (&s != &kiln && kiln.ran) std::snprintf(ratio, sizeof ratio, "%.2fx", kiln.seconds / s.seconds);
       std::printf("%-10s %12s %-14s %10.2f %12.0f %6.1f%% %9s %10s\n", r.bc.name.c_str(), b_x_t(r).c_str(),
                   s.name.c_str(), s.seconds * 1e3, tok_s, 100 * tok_s * flops_tok / peak,
-                  cuda ? gib(s.peak_bytes).c_str() : "-", ratio);
+                  gib(s.peak_bytes).c_str(), ratio);
     }
   }
 }

@@ -23,8 +23,9 @@ struct BenchRow {
 // changes over the run cancels out. Both non-empty.
 double median_step_ratio(const std::vector<double>& without, const std::vector<double>& with);
 
-// The side-by-side table; `peak` FLOP/s for MFU; peak memory only on cuda.
-void print_sides_table(const std::vector<BenchRow>& rows, double peak, bool cuda);
+// The side-by-side table; `peak` FLOP/s for MFU; each side's peak allocated memory where it reports one
+// (Kiln on any device, PyTorch on CUDA).
+void print_sides_table(const std::vector<BenchRow>& rows, double peak);
 
 // --ddp-overhead: sides [0] the plain step and [1] the step through DDP; `goal` the overhead goal.
 void print_ddp_overhead_table(const std::vector<BenchRow>& rows, double goal);
