@@ -136,11 +136,17 @@ Tensor GPTBlock::forward(const Tensor& x) {
   const bool recording = grad_mode_enabled();
   Tensor a = recording && recompute_ == GPTRecompute::attention ? autograd::checkpoint(attn_half, x, {dropout_gen_})
                                                                   : attn_half(x);
-  Tensor y = x + a;
+  if (recording && recompute_ == GPTRecompute::mlp) {  // the checkpoint starts at the sum: keep them apart
+    Tensor y = x + a;
+    a = Tensor();
+    return y + autograd::checkpoint(mlp_half, y, {dropout_gen_});
+  }
+  // The residual add and ln_2 in one pass, forward and backward (Note [Fused residual add]).
+  AddLayerNormOutput y = add_layer_norm(x, a, ln_2->options.normalized_shape_, ln_2->weight, ln_2->bias,
+                                        ln_2->options.eps_);
   a = Tensor();
-  Tensor m = recording && recompute_ == GPTRecompute::mlp ? autograd::checkpoint(mlp_half, y, {dropout_gen_})
-                                                            : mlp_half(y);
-  return y + m;
+  Tensor m = mlp->forward(y.out);
+  return y.sum + m;
 }
 
 GPTTransformer::GPTTransformer(const GPTConfig& config, Generator& dropout_gen, Generator& init_gen) {

@@ -2,6 +2,7 @@
 // the raw core/ops/X; attention, dropout and loss have no single raw op of their own.
 #pragma once
 
+#include <kiln/autograd/ops/add_layer_norm.h>
 #include <kiln/autograd/ops/attention.h>
 #include <kiln/autograd/ops/batch_norm.h>
 #include <kiln/autograd/ops/conv.h>

@@ -40,22 +40,33 @@ double dot(const C* __restrict__ a, const C* __restrict__ b, int64_t n) {
 
 }  // namespace
 
-ops::LayerNormResult layer_norm(const Tensor& x, int64_t n, const Tensor& weight, const Tensor& bias, double eps) {
+ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& residual, int64_t n, const Tensor& weight,
+                                const Tensor& bias, double eps) {
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   Tensor in = x.contiguous();
+  Tensor res = residual.defined() ? residual.contiguous() : Tensor();  // x's dtype (the front casts it)
   ops::LayerNormResult r{empty(x.shape(), x.dtype()), empty({rows}, compute_dtype(x.dtype())),
                     empty({rows}, compute_dtype(x.dtype()))};
+  if (res.defined()) r.sum = empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
     using C = acc_t<T>;
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const std::vector<C> w = param<C>(weight), b = param<C>(bias);
     const T* xp = in.data<T>();
+    const T* yp_res = res.defined() ? res.data<T>() : nullptr;
+    T* sp = res.defined() ? r.sum.data<T>() : nullptr;
     T* yp = r.out.data<T>();
     S* mp = r.mean.data<S>();
     S* rp = r.rstd.data<S>();
     parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)), [&](int64_t lo, int64_t hi) {
       for (int64_t row = lo; row < hi; ++row) {
         const T* xr = xp + row * n;
+        if (sp != nullptr) {  // Note [Fused residual add]: the row's sum, rounded as ops::add rounds it
+          T* sr = sp + row * n;
+          const T* rr = yp_res + row * n;
+          for (int64_t j = 0; j < n; ++j) sr[j] = static_cast<T>(static_cast<C>(xr[j]) + static_cast<C>(rr[j]));
+          xr = sr;
+        }
         T* yr = yp + row * n;
         auto to_double = [](T v) { return static_cast<double>(static_cast<C>(v)); };
         const double mean = sum_run<double>(xr, n, to_double) / static_cast<double>(n);
@@ -79,14 +90,15 @@ ops::LayerNormResult layer_norm(const Tensor& x, int64_t n, const Tensor& weight
   return r;
 }
 
-ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
-                                        const Tensor& rstd, const Tensor& weight, const Shape& normalized_shape,
-                                        bool with_bias) {
+ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& grad_residual, const Tensor& x,
+                                        const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                                        const Shape& normalized_shape, bool with_bias) {
   const char* op = "layer_norm_backward";
   const int64_t n = shape_numel(normalized_shape);
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   const std::vector<double> mv = mean.to_vector<double>(), rv = rstd.to_vector<double>();
   Tensor xc = x.contiguous(), gc = grad_out.contiguous();
+  Tensor rc = grad_residual.defined() ? grad_residual.contiguous() : Tensor();  // x's dtype (the front casts it)
   ops::LayerNormGrads grads;
   grads.grad_x = empty(x.shape(), x.dtype());
   const bool want_w = weight.defined();
@@ -105,6 +117,7 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x,
     const std::vector<C> w = param<C>(weight);
     const T* xp = xc.data<T>();
     const T* gp = gc.data<T>();
+    const T* grp = rc.defined() ? rc.data<T>() : nullptr;
     T* gxp = grads.grad_x.data<T>();
     const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(block * n, 1));
     parallel_for(0, blocks, grain, [&](int64_t lo, int64_t hi) {
@@ -131,6 +144,10 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x,
           const C ca = static_cast<C>(a), cb = static_cast<C>(b);
           T* gxr = gxp + row * n;
           for (int64_t j = 0; j < n; ++j) gxr[j] = static_cast<T>(rs * (gwp[j] - ca - xh[j] * cb));
+          if (grp != nullptr) {  // the residual's gradient, added as ops::add would add it
+            const T* rr = grp + row * n;
+            for (int64_t j = 0; j < n; ++j) gxr[j] = static_cast<T>(static_cast<C>(gxr[j]) + static_cast<C>(rr[j]));
+          }
           if (pw)
             for (int64_t j = 0; j < n; ++j) pw[j] += double(static_cast<C>(gr[j])) * double(xh[j]);
           if (pb)

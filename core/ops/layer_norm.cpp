@@ -3,10 +3,14 @@
 #include <kiln/core/ops/layer_norm.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include <kiln/core/cpu/layer_norm.h>
 #include <kiln/core/cuda/kernels/layer_norm.h>
 #include <kiln/core/ops/backend.h>
+#include <kiln/core/ops/elementwise.h>
 
 namespace kiln::ops {
 
@@ -33,7 +37,53 @@ void check_stats(const char* op, const Tensor& t, const char* name, int64_t rows
   KILN_CHECK(is_floating(t.dtype()), op, ": ", name, " must be floating, got ", t.dtype());
 }
 
+std::atomic<int> g_fused_add_ln_cuda{-1};  // -1 until KILN_FUSED_ADD_LN is read or the setter runs
+
+// CUDA reads the residual in its own dtype only beside an f32 x (a bf16/f16 sublayer output added
+// to an f32 residual stream, as under autocast); anything else is cast to x's dtype first.
+bool cuda_reads_residual_as_is(const Tensor& x, const Tensor& residual) {
+  return residual.dtype() == x.dtype() ||
+         (x.dtype() == DType::f32 && (residual.dtype() == DType::bf16 || residual.dtype() == DType::f16));
+}
+
 }  // namespace
+
+bool fused_add_layer_norm_cuda() {
+  int v = g_fused_add_ln_cuda.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("KILN_FUSED_ADD_LN");
+    v = env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
+    g_fused_add_ln_cuda.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+void set_fused_add_layer_norm_cuda(bool on) { g_fused_add_ln_cuda.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+LayerNormResult add_layer_norm(const Tensor& x_in, const Tensor& residual_in, const Shape& normalized_shape,
+                               const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "add_layer_norm";
+  check_defined(x_in, op, "x");
+  check_defined(residual_in, op, "residual");
+  KILN_CHECK(x_in.shape() == residual_in.shape(), op, ": x of shape ", x_in.shape(), " and residual of shape ",
+             residual_in.shape(), " differ (no broadcasting)");
+  KILN_CHECK(is_floating(x_in.dtype()) && is_floating(residual_in.dtype()), op, ": x and residual must be floating, got ",
+             x_in.dtype(), " and ", residual_in.dtype());
+  const DType dt = promote_types(x_in.dtype(), residual_in.dtype());
+  const Tensor x = x_in.to(dt);
+  const int64_t n = check_layer_norm(op, x, normalized_shape, weight, bias);
+  if (x.device().is_cuda() && !fused_add_layer_norm_cuda()) {  // Note [Fused residual add]: the composition
+    Tensor sum = ops::add(x, residual_in);
+    LayerNormResult r = layer_norm(sum, normalized_shape, weight, bias, eps);
+    r.sum = sum;
+    return r;
+  }
+  const Tensor residual =
+      x.device().is_cuda() && cuda_reads_residual_as_is(x, residual_in) ? residual_in : residual_in.to(dt);
+  return dispatch_device(
+      op, {&x, &residual, weight.defined() ? &weight : &x, bias.defined() ? &bias : &x},
+      [&] { return cuda::layer_norm(x, residual, n, weight, bias, eps); },
+      [&] { return cpu::layer_norm(x, residual, n, weight, bias, eps); });
+}
 
 LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                            double eps) {
@@ -41,12 +91,13 @@ LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const
   const int64_t n = check_layer_norm("layer_norm", x, normalized_shape, weight, bias);
   return dispatch_device(
       "layer_norm", {&x, weight.defined() ? &weight : &x, bias.defined() ? &bias : &x},
-      [&] { return cuda::layer_norm(x, n, weight, bias, eps); },
-      [&] { return cpu::layer_norm(x, n, weight, bias, eps); });
+      [&] { return cuda::layer_norm(x, Tensor(), n, weight, bias, eps); },
+      [&] { return cpu::layer_norm(x, Tensor(), n, weight, bias, eps); });
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                   const Tensor& weight, const Shape& normalized_shape, bool with_bias) {
+                                   const Tensor& weight, const Shape& normalized_shape, bool with_bias,
+                                   const Tensor& grad_residual_in) {
   const char* op = "layer_norm_backward";
   check_defined(grad_out, op, "grad_out");
   check_defined(x, op);
@@ -57,10 +108,22 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   check_stats(op, mean, "mean", rows);
   check_stats(op, rstd, "rstd", rows);
+  Tensor grad_residual = grad_residual_in;
+  if (grad_residual.defined()) {
+    KILN_CHECK(grad_residual.shape() == x.shape(), op, ": grad_residual has shape ", grad_residual.shape(),
+               " but the input has shape ", x.shape());
+    if (x.device().is_cuda() && !fused_add_layer_norm_cuda()) {  // Note [Fused residual add]: the composition
+      LayerNormGrads d = layer_norm_backward(grad_out, x, mean, rstd, weight, normalized_shape, with_bias);
+      d.grad_x = ops::add(d.grad_x, grad_residual.to(x.dtype()));
+      return d;
+    }
+    grad_residual = grad_residual.to(x.dtype());
+  }
+  const Tensor& gr = grad_residual;
   return dispatch_device(
-      op, {&x, &grad_out, &mean, &rstd, weight.defined() ? &weight : &x},
-      [&] { return cuda::layer_norm_backward(grad_out, x, mean, rstd, weight, normalized_shape, with_bias); },
-      [&] { return cpu::layer_norm_backward(grad_out, x, mean, rstd, weight, normalized_shape, with_bias); });
+      op, {&x, &grad_out, &mean, &rstd, weight.defined() ? &weight : &x, gr.defined() ? &gr : &x},
+      [&] { return cuda::layer_norm_backward(grad_out, gr, x, mean, rstd, weight, normalized_shape, with_bias); },
+      [&] { return cpu::layer_norm_backward(grad_out, gr, x, mean, rstd, weight, normalized_shape, with_bias); });
 }
 
 }  // namespace kiln::ops

@@ -5,6 +5,9 @@
 // them while summing its own grad_weight / grad_bias partials in float (in shared memory when they
 // fit); a second kernel adds the per-block partials in a fixed order, so results are deterministic
 // without float atomics. 16-byte vectors when n and the pointers allow, scalar otherwise.
+// With a residual (Note [Fused residual add], core/ops/layer_norm.h) the forward's first pass reads
+// x and the residual and writes their sum, which the later passes read back (this thread's own
+// writes, at the same columns); the backward adds the sum's gradient into grad_x as it writes it.
 #include <kiln/core/cuda/kernels/layer_norm.h>
 
 #include <kiln/core/cuda/kernels/softmax.cuh>
@@ -19,11 +22,13 @@ using namespace rowwise;
 // scratch); longer rows keep them in the global scratch tensor.
 constexpr size_t kMaxSharedPartials = 46 * 1024;
 
-template <class T, class P, int V>
+template <class T, class P, class R, int V>
 __global__ void __launch_bounds__(1024, 1) layer_norm_forward_kernel(T* __restrict__ out,           // (rows, n)
                                           dacc_t<T>* __restrict__ mean,  // (rows,)
                                           dacc_t<T>* __restrict__ rstd,  // (rows,)
                                           const T* __restrict__ x,       // (rows, n)
+                                          const R* __restrict__ residual,  // (rows, n) or null
+                                          T* __restrict__ sum_out,       // (rows, n): x + residual, or null
                                           const P* __restrict__ weight,  // (n,) or null
                                           const P* __restrict__ bias,    // (n,) or null
                                           int64_t rows, int64_t n, dacc_t<T> eps) {
@@ -37,9 +42,24 @@ __global__ void __launch_bounds__(1024, 1) layer_norm_forward_kernel(T* __restri
     for (int64_t j = first; j < n; j += stride) {
       A v[V];
       load_pack<V>(xr + j, v);
+      if (residual) {  // s = x + residual, rounded to T as an elementwise add would store it
+        A r[V];
+        load_pack<V>(residual + row * n + j, r);
+        T s[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          s[k] = store_as<T>(v[k] + r[k]);
+          v[k] = static_cast<A>(load_acc(s[k]));
+        }
+        Pack<T, V> p;
+#pragma unroll
+        for (int k = 0; k < V; ++k) p.v[k] = s[k];
+        *reinterpret_cast<Pack<T, V>*>(sum_out + row * n + j) = p;
+      }
 #pragma unroll
       for (int k = 0; k < V; ++k) sum[0] += v[k];
     }
+    if (residual) xr = sum_out + row * n;
     row_sum<1>(sum, scratch);
     const A mu = sum[0] / A(n);
     A sq[1] = {A(0)};
@@ -77,6 +97,7 @@ __global__ void __launch_bounds__(1024, 1) layer_norm_forward_kernel(T* __restri
 // out, so they need neither barriers nor atomics.
 template <class T, class P, int V>
 __global__ void __launch_bounds__(1024, 1) layer_norm_backward_kernel(T* __restrict__ grad_x,               // (rows, n)
+                                           const T* __restrict__ grad_res,       // (rows, n) or null: added
                                            dacc_t<T>* __restrict__ part_w,       // (gridDim.x, n) or null
                                            dacc_t<T>* __restrict__ part_b,       // (gridDim.x, n) or null
                                            const T* __restrict__ g,              // (rows, n)
@@ -146,6 +167,12 @@ __global__ void __launch_bounds__(1024, 1) layer_norm_backward_kernel(T* __restr
         const A dn = weight ? gv[k] * wv[k] : gv[k];
         gv[k] = rs * (dn - a - xh * b);
       }
+      if (grad_res) {  // rounded to T first, then added, as layer_norm_backward + add would
+        A rv[V];
+        load_pack<V>(grad_res + row * n + j, rv);
+#pragma unroll
+        for (int k = 0; k < V; ++k) gv[k] = static_cast<A>(load_acc(store_as<T>(gv[k]))) + rv[k];
+      }
       store_pack<V>(grad_x + row * n + j, gv);
     }
   }
@@ -197,27 +224,45 @@ void with_param(bool in_x_dtype, F&& f) {
   else f.template operator()<dacc_t<T>>();
 }
 
+// f.template operator()<R>() with R the residual's element type: x's, or bf16/f16 beside an f32 x
+// (the front casts anything else); R = T when there is no residual.
+template <class T, class F>
+void with_residual(const Tensor& residual, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (residual.defined() && residual.dtype() == DType::bf16) return f.template operator()<__nv_bfloat16>();
+    if (residual.defined() && residual.dtype() == DType::f16) return f.template operator()<__half>();
+  }
+  f.template operator()<T>();
+}
+
 }  // namespace
 
-ops::LayerNormResult layer_norm(const Tensor& x_in, int64_t n, const Tensor& weight, const Tensor& bias, double eps) {
+ops::LayerNormResult layer_norm(const Tensor& x_in, const Tensor& residual_in, int64_t n, const Tensor& weight,
+                                const Tensor& bias, double eps) {
   cudaStream_t s = stream_for(x_in);
   const Tensor x = x_in.contiguous();
+  const Tensor residual = residual_in.defined() ? residual_in.contiguous() : Tensor();
   const Device dev = x.device();
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   const DType sdt = stats_dtype(x.dtype());
   ops::LayerNormResult r{empty(x.shape(), x.dtype(), dev), empty({rows}, sdt, dev), empty({rows}, sdt, dev)};
+  if (residual.defined()) r.sum = empty(x.shape(), x.dtype(), dev);
   if (rows == 0) return r;
   const bool same = params_in_x_dtype(x, weight, bias);
   const Tensor w = param_as(weight, same ? x.dtype() : sdt), b = param_as(bias, same ? x.dtype() : sdt);
   dispatch_floating_device(x.dtype(), "layer_norm", [&]<class T>() {
     using A = dacc_t<T>;
     with_param<T>(same, [&]<class P>() {
-      const bool vec = can_vectorize(n, kVec<T>, {x.data_ptr(), r.out.data_ptr(), data_or_null(w), data_or_null(b)});
-      with_vec<T>(vec, [&]<int V>() {
-        const RowLaunch rl = row_launch(rows, n, V);
-        layer_norm_forward_kernel<T, P, V><<<grid_of(rl), block_of(rl), 0, s>>>(
-            ptr<T>(r.out), ptr<A>(r.mean), ptr<A>(r.rstd), ptr<const T>(x), ptr_or_null<P>(w), ptr_or_null<P>(b), rows,
-            n, static_cast<A>(eps));
+      with_residual<T>(residual, [&]<class R>() {
+        const bool vec = can_vectorize(n, kVec<T>, {x.data_ptr(), r.out.data_ptr(), data_or_null(w), data_or_null(b),
+                                                    data_or_null(residual), data_or_null(r.sum)});
+        with_vec<T>(vec, [&]<int V>() {
+          const RowLaunch rl = row_launch(rows, n, V);
+          layer_norm_forward_kernel<T, P, R, V><<<grid_of(rl), block_of(rl), 0, s>>>(
+              ptr<T>(r.out), ptr<A>(r.mean), ptr<A>(r.rstd), ptr<const T>(x),
+              residual.defined() ? ptr<const R>(residual) : nullptr, r.sum.defined() ? ptr<T>(r.sum) : nullptr,
+              ptr_or_null<P>(w), ptr_or_null<P>(b), rows, n, static_cast<A>(eps));
+        });
       });
     });
     KILN_CUDA_CHECK_LAUNCH();
@@ -225,12 +270,13 @@ ops::LayerNormResult layer_norm(const Tensor& x_in, int64_t n, const Tensor& wei
   return r;
 }
 
-ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x_in, const Tensor& mean,
-                                        const Tensor& rstd, const Tensor& weight, const Shape& normalized_shape,
-                                        bool with_bias) {
+ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& grad_residual, const Tensor& x_in,
+                                        const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                                        const Shape& normalized_shape, bool with_bias) {
   const char* op = "layer_norm_backward";
   cudaStream_t s = stream_for(x_in);
   const Tensor x = x_in.contiguous(), g = grad_out.contiguous();
+  const Tensor gres = grad_residual.defined() ? grad_residual.contiguous() : Tensor();  // x's dtype (the front)
   const Device dev = x.device();
   const int64_t n = shape_numel(normalized_shape);
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
@@ -241,7 +287,7 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x_
   grads.grad_x = empty(x.shape(), x.dtype(), dev);
   if (want_w) grads.grad_weight = empty(normalized_shape, weight.dtype(), dev);
   if (with_bias) grads.grad_bias = empty(normalized_shape, want_w ? weight.dtype() : x.dtype(), dev);
-  if (rows == 0) {  // sums over no rows
+  if (rows == 0) {  // sums over no rows (and no grad_x to add to)
     if (want_w) grads.grad_weight.zero_();
     if (with_bias) grads.grad_bias.zero_();
     return grads;
@@ -258,13 +304,14 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x_
     A* part_b = with_bias ? ptr<A>(partials) + (want_w ? split.blocks * n : 0) : nullptr;
     with_param<T>(same, [&]<class P>() {
       const bool vec = can_vectorize(n, kVec<T>, {x.data_ptr(), g.data_ptr(), grads.grad_x.data_ptr(),
-                                                  data_or_null(w), data_or_null(partials)});
+                                                  data_or_null(w), data_or_null(partials), data_or_null(gres)});
       with_vec<T>(vec, [&]<int V>() {
         const int threads = block_row_threads(n, V);
         const size_t shared = static_cast<size_t>(parts * n) * sizeof(A);
         const bool in_shared = shared <= kMaxSharedPartials;
         layer_norm_backward_kernel<T, P, V><<<static_cast<unsigned>(split.blocks), threads, in_shared ? shared : 0, s>>>(
-            ptr<T>(grads.grad_x), part_w, part_b, ptr<const T>(g), ptr<const T>(x), ptr<const A>(mu), ptr<const A>(rs),
+            ptr<T>(grads.grad_x), gres.defined() ? ptr<const T>(gres) : nullptr, part_w, part_b, ptr<const T>(g),
+            ptr<const T>(x), ptr<const A>(mu), ptr<const A>(rs),
             ptr_or_null<P>(w), rows, n, split.rows_per_block, in_shared);
       });
     });
