@@ -6,9 +6,13 @@ torch and for Kiln on the same corpus and configuration.
 Differences from train_gpt, none of which the gap depends on: the init numbers (same law, torch's
 generator) and the order of the shuffled training windows (numpy's permutation per epoch).
 
+With --world 1 it runs in this process without a process group or DDP, on --device cpu or cuda
+(--dtype bf16: torch.autocast, as train_gpt --dtype bf16): the PyTorch twin of scripts/train-parity.sh.
+
 Usage: python3 scripts/torch_gpt_ddp.py --train 'data/train_*.bin' --val 'data/val_*.bin'
-       [--hook none|powersgd --powersgd-rank R --powersgd-start S] [--world 2] [--steps 150] ...
-Prints one line: {"hook": ..., "final_val": ..., "losses": {step: train loss}}.
+       [--hook none|powersgd --powersgd-rank R --powersgd-start S] [--world 2] [--steps 150]
+       [--device cpu|cuda] [--dtype fp32|bf16] [--eval-every N] ...
+Prints one line: {"hook": ..., "final_val": ..., "losses": {step: train loss}, "val": {step: val loss}}.
 """
 import argparse
 import glob
@@ -80,21 +84,50 @@ def init_gpt2(model, n_layer, generator):
                 p.copy_(torch.randn(p.shape, generator=generator) * std)
 
 
+def all_reduce(t, world):
+    if world > 1:
+        dist.all_reduce(t)
+    return t
+
+
+def evaluate(model, val, val_w, a, rank, per_step, device, autocast):
+    """train_gpt's validation: the first eval_tokens of the val windows, in order, split over ranks."""
+    model.eval()
+    batches = max(1, a.eval_tokens // (per_step * a.seq_len))
+    total = torch.zeros((), device=device)
+    with torch.no_grad():
+        for b in range(batches):
+            first = b * per_step + rank * a.batch_size
+            x, y = batch(val, val_w, range(first, first + a.batch_size), a.seq_len)
+            with autocast():
+                total += model(x.to(device), y.to(device))[1].float()
+    model.train()
+    return all_reduce(total, a.world).item() / (batches * a.world)
+
+
 def worker(rank, a, port, out):
     torch.set_num_threads(a.threads)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=a.world)
+    if a.world > 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=a.world)
+    device = torch.device(a.device)
+    bf16 = a.dtype == "bf16"
+
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+
     g = torch.Generator().manual_seed(a.seed)
     config = GPTConfig(vocab_size=a.vocab, padded_vocab_size=a.vocab, block_size=a.block, n_layer=a.n_layer,
                        n_head=a.n_head, n_embd=a.n_embd)
-    model = GPT(config, attention="manual")
+    model = GPT(config, attention="manual" if device.type == "cpu" else "auto")
     init_gpt2(model, a.n_layer, g)
+    model.to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    ddp = DDP(model)
-    if a.hook == "powersgd":
+    ddp = DDP(model) if a.world > 1 else model
+    if a.hook == "powersgd" and a.world > 1:
         state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
                                        start_powerSGD_iter=a.powersgd_start, min_compression_rate=2,
                                        use_error_feedback=True, warm_start=True, random_seed=a.seed)
@@ -106,7 +139,7 @@ def worker(rank, a, port, out):
     train_w, val_w = windows(train, a.seq_len), windows(val, a.seq_len)
     per_step = a.world * a.batch_size
     rng = np.random.default_rng(a.seed)
-    order, position, losses = rng.permutation(len(train_w)), 0, {}
+    order, position, losses, vals = rng.permutation(len(train_w)), 0, {}, {}
     for step in range(a.steps):
         if position + per_step > len(order):
             order, position = rng.permutation(len(train_w)), 0
@@ -114,29 +147,24 @@ def worker(rank, a, port, out):
         position += per_step
         for group in opt.param_groups:
             group["lr"] = a.lr * lr_factor(step, a.warmup_steps, a.steps, a.min_lr / a.lr)
-        _, loss = ddp(x, y)
+        with autocast():
+            _, loss = ddp(x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
         if (step + 1) % a.log_every == 0 or step == 0 or step + 1 == a.steps:
-            mean = loss.detach().clone()
-            dist.all_reduce(mean)
-            losses[step + 1] = mean.item() / a.world
+            losses[step + 1] = all_reduce(loss.detach().float().clone(), a.world).item() / a.world
+        if a.eval_every > 0 and (step + 1) % a.eval_every == 0 and step + 1 != a.steps:
+            vals[step + 1] = evaluate(model, val, val_w, a, rank, per_step, device, autocast)
 
-    model.eval()
-    batches = max(1, a.eval_tokens // (per_step * a.seq_len))
-    total = torch.zeros(())
-    with torch.no_grad():
-        for b in range(batches):
-            first = b * per_step + rank * a.batch_size
-            x, y = batch(val, val_w, range(first, first + a.batch_size), a.seq_len)
-            total += model(x, y)[1]
-    dist.all_reduce(total)
+    final = evaluate(model, val, val_w, a, rank, per_step, device, autocast)
+    vals[a.steps] = final
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"hook": a.hook, "final_val": total.item() / (batches * a.world), "losses": losses}, f)
-    dist.destroy_process_group()
+            json.dump({"hook": a.hook, "final_val": final, "losses": losses, "val": vals}, f)
+    if a.world > 1:
+        dist.destroy_process_group()
 
 
 def main():
@@ -164,8 +192,17 @@ def main():
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: --world 1 only")
+    p.add_argument("--dtype", choices=["fp32", "f32", "bf16"], default="fp32")
+    p.add_argument("--eval-every", type=int, default=0, help="also the val loss every N steps (train_gpt's)")
     p.add_argument("--out", required=True, help="JSON file for the result")
     a = p.parse_args()
+    if a.device == "cuda" and a.world != 1:
+        raise SystemExit("torch_gpt_ddp: --device cuda runs one process (--world 1)")
+    if a.world == 1:
+        worker(0, a, 0, a.out)
+        print(open(a.out).read())
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

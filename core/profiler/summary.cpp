@@ -136,6 +136,7 @@ Summary summarize(const Trace& trace, size_t top_ops) {
       case Category::op: {
         OpStat& o = ops[on_device ? e.name + " [gpu]" : e.name];
         o.count += 1;
+        ++(on_device ? s.device_op_calls : s.host_op_calls);
         o.total_ns += e.duration_ns;
         o.self_ns += self[i];
         if (on_device) device_ops.push_back(interval_of(e));
@@ -200,6 +201,12 @@ std::string format_summary(const Summary& s) {
   std::snprintf(line, sizeof line, "steps %lld, mean step %.2f ms, profiled span %.2f ms\n", (long long)s.steps,
                 s.mean_step_ms, s.span_ns / 1e6);
   os << line;
+  if (s.steps > 0) {
+    // Launch gaps scale with these: on CUDA each device span is at least one kernel.
+    std::snprintf(line, sizeof line, "ops per step: %.1f op calls on the host, %.1f op spans on the device\n",
+                  double(s.host_op_calls) / double(s.steps), double(s.device_op_calls) / double(s.steps));
+    os << line;
+  }
   os << "memory peak: cpu " << mib(s.cpu_peak_bytes) << ", cuda " << mib(s.cuda_peak_bytes) << "\n";
   std::snprintf(line, sizeof line,
                 "comm %.2f ms (all collectives); %lld bucket all-reduces, %.2f ms; backward compute %.2f ms; "
@@ -215,6 +222,8 @@ std::string summary_json(const Summary& s) {
   j["steps"] = s.steps;
   j["mean_step_ms"] = s.mean_step_ms;
   j["span_ms"] = s.span_ns / 1e6;
+  j["host_op_calls"] = s.host_op_calls;
+  j["device_op_calls"] = s.device_op_calls;
   j["cpu_peak_bytes"] = s.cpu_peak_bytes;
   j["cuda_peak_bytes"] = s.cuda_peak_bytes;
   j["comm_ms"] = s.comm_ns / 1e6;

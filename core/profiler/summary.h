@@ -63,6 +63,8 @@ struct Summary {
   int64_t steps = 0;                   // "step" ranges
   double mean_step_ms = 0;
   std::vector<OpStat> top_ops;         // op ranges by self time (time not inside a nested range), most first
+  int64_t host_op_calls = 0;           // every op range on a host track (one per op front called)
+  int64_t device_op_calls = 0;         // every op span on a device track (each one kernel launch or more)
   int64_t cpu_peak_bytes = -1;         // the largest "peak" of the memory counters (-1: none recorded)
   int64_t cuda_peak_bytes = -1;
   int64_t comm_ns = 0;                 // union of every comm event (all collectives)

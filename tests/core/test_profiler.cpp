@@ -248,7 +248,11 @@ TEST_CASE("summarize: bucket all-reduces joined by seq, reducer waits are not co
   CHECK(s.top_ops[0].count == 2);
   CHECK(s.top_ops[0].total_ns == 30);
   CHECK(s.top_ops[0].self_ns == 20);     // 10 of the outer + 10 of the inner
+  CHECK(s.host_op_calls == 2);           // both mm ranges; no device track here
+  CHECK(s.device_op_calls == 0);
+  CHECK(s.steps == 0);                   // "backward" is a step-category range, not a "step"
   const json j = json::parse(summary_json(s));
+  CHECK(j["host_op_calls"].get<int64_t>() == 2);
   CHECK(j["overlapped_fraction"].get<double>() == doctest::Approx(50.0 / 70));
   CHECK(format_summary(s).find("71.4%") != std::string::npos);
 
