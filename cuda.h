@@ -44,6 +44,22 @@ void set_cudnn_deterministic(bool on);
 bool cudnn_allow_tf32();
 void set_cudnn_allow_tf32(bool on);
 
+// ---- attention kernels (KILN_ATTENTION) ----
+// Which fused kernels run scaled_dot_product_attention on CUDA (Note [Attention kernel choice] in
+// core/cuda/kernels/fused_attention.cpp). kiln: Kiln's flash kernels. cudnn: cuDNN's fused flash
+// attention, and an error naming why where cuDNN cannot take the case. automatic: cuDNN where it
+// has an engine, Kiln's kernels elsewhere -- for now Kiln's kernels everywhere, until a GPU run has
+// proven cuDNN's path. Under set_cudnn_deterministic(true), automatic takes Kiln's kernels (cuDNN's
+// backward adds dQ with atomics) and cudnn is an error. CPU attention ignores the switch.
+enum class AttentionBackend { automatic, cudnn, kiln };
+// The first call reads KILN_ATTENTION (auto | cudnn | kiln; unset: auto) unless set_attention_backend
+// came first; a bad value throws from every call until the setter is used.
+AttentionBackend attention_backend();
+void set_attention_backend(AttentionBackend backend);
+// "auto" | "cudnn" | "kiln" to the enum; anything else throws naming the value and the choices.
+AttentionBackend parse_attention_backend(const std::string& name);
+const char* attention_backend_name(AttentionBackend backend);  // "auto", "cudnn", "kiln"
+
 // ---- device-side checks (Note [Deferred device checks]) ----
 // deferred (default): a bad index or class target found by a kernel is reported at the next
 // blocking read, without a host sync per op. immediate (KILN_CUDA_CHECKS=immediate, like

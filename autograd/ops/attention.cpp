@@ -1,7 +1,7 @@
 // Differentiable scaled dot-product attention, two paths:
-// - fused: CUDA bf16/f16 with head dim 64 or 128 runs the flash kernels (core/cuda/kernels/flash_attention.h):
-//   no T x T matrix; the node saves q, k, v, out and the row logsumexp and the backward kernels
-//   rebuild the probabilities from them.
+// - fused: CUDA bf16/f16 with head dim 64 or 128 runs fused flash kernels, Kiln's or cuDNN's as the
+//   KILN_ATTENTION switch picks (core/cuda/kernels/fused_attention.h): no T x T matrix; the node
+//   saves q, k, v, out and the row logsumexp and the backward kernels rebuild the probabilities.
 // - composed: everything else (the CPU, CUDA f32/f64, other head dims) in plain math that keeps the
 //   probabilities P (B, H, T, T): dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)),
 //   dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D).
@@ -12,7 +12,7 @@
 
 #include <kiln/autograd/autocast.h>
 #include <kiln/autograd/function.h>
-#include <kiln/core/cuda/kernels/flash_attention.h>
+#include <kiln/core/cuda/kernels/fused_attention.h>
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/common.h>
@@ -60,17 +60,17 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
     // The kernels are called directly (no dispatch_device line), so the profiler's ranges are here.
     profiler::Range range("flash_attention", profiler::Category::op);
     profiler::DeviceRange span("flash_attention", profiler::Category::op, q.device().index);
-    cuda::FlashAttentionForward f = cuda::flash_attention_forward(q, k, v, causal, scale);
+    cuda::FusedAttentionForward f = cuda::fused_attention_forward(q, k, v, causal, scale);
     const Tensor out = f.out;
     return autograd::record(out, "ScaledDotProductFlashAttentionBackward", {&q, &k, &v}, [&](const autograd::Needs&) {
       // q, k, v, out (B, H, T, D); lse (B, H, T) f32.
       return [q = autograd::saved(q), k = autograd::saved(k), v = autograd::saved(v), out = autograd::saved(out),
-              lse = f.lse, causal, scale](const Tensor& g, const autograd::OpNode& node) {
+              lse = f.lse, cudnn = f.cudnn, causal, scale](const Tensor& g, const autograd::OpNode& node) {
         const bool need_dkdv = node.needs_input_grad(1) || node.needs_input_grad(2);
         profiler::Range range("flash_attention_backward", profiler::Category::op);
         profiler::DeviceRange span("flash_attention_backward", profiler::Category::op, q.device().index);
-        cuda::FlashAttentionGrads d = cuda::flash_attention_backward(g.to(q.dtype()), q, k, v, out, lse, causal, scale,
-                                                                     node.needs_input_grad(0), need_dkdv);
+        cuda::FlashAttentionGrads d = cuda::fused_attention_backward(g.to(q.dtype()), q, k, v, out, lse, causal, scale,
+                                                                     node.needs_input_grad(0), need_dkdv, cudnn);
         return autograd::Grads{d.dq, d.dk, d.dv};
       };
     });
@@ -105,7 +105,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
 
   if constexpr (cuda::kBuilt)
-    if (q.device().is_cuda() && cuda::flash_attention_supported(q, k, v)) return flash_attention(q, k, v, causal, scale);
+    if (q.device().is_cuda() && cuda::fused_attention_supported(q, k, v)) return flash_attention(q, k, v, causal, scale);
   return composed_attention(q, k, v, causal, scale);
 }
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include <kiln/core/cuda/kernels/common.cuh>
+#include <kiln/core/cuda/kernels/flash_attention_layout.h>
 #include <kiln/core/cuda/plan/flash_attention_tiling.h>
 
 namespace kiln::cuda::flash {
@@ -188,14 +189,9 @@ struct BwdParams {
 
 namespace kiln::cuda::flash {
 
-// Host side, defined in flash_attention.cu.
-// t itself when the kernels can read it in place (contiguous D, 16-byte aligned rows), else a
-// contiguous copy.
-Tensor kernel_readable(const Tensor& t);
+// Host side, defined in flash_attention.cu (kernel_readable and empty_heads: flash_attention_layout.h).
 // The kernel's view of a (B, H, T, D) tensor that kernel_readable accepted.
 HeadTensor head_tensor(const Tensor& t);
-// A fresh (B, H, T, D) tensor stored as (B, T, H, D), the layout the next projection reads.
-Tensor empty_heads(int64_t b, int64_t h, int64_t t, int64_t d, DType dtype, Device device);
 // Lets `kernel` use `bytes` of dynamic shared memory (opt-in above 48 KiB) on the current device.
 void allow_shared_bytes(const void* kernel, int64_t bytes);
 
