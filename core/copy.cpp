@@ -6,6 +6,7 @@
 #include <kiln/core/cuda/kernels/copy.h>
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
+#include <kiln/core/ops/common.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln {
@@ -47,6 +48,8 @@ static void copy_on_device(const Tensor& dst, const Tensor& src) {
 Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   check_defined(*this, "copy_", "destination");
   check_defined(src, "copy_", "source");
+  ops::check_in_storage(*this, "copy_", "destination");  // Note [Reads within the storage]
+  ops::check_in_storage(src, "copy_", "source");
   KILN_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source of shape ", src.shape(),
              " cannot be broadcast to the destination's shape ", shape());
   if (numel() == 0) return *this;
@@ -65,6 +68,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
 
 Tensor& Tensor::fill_(double value) {
   check_defined(*this, "fill_");
+  ops::check_in_storage(*this, "fill_", "tensor");
   if (numel() == 0) return *this;
   if (device().is_cuda()) {
     cuda::fill(*this, value);

@@ -9,6 +9,7 @@
 #include <kiln/core/cuda/kernels/random.h>
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
+#include <kiln/core/ops/common.h>
 #include <kiln/core/parallel.h>
 
 namespace kiln {
@@ -132,6 +133,7 @@ static void affine_random_(Tensor& t, cuda::RandomDraw draw, double a, double b,
 
 Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
   check_defined(t, "uniform_");
+  ops::check_in_storage(t, "uniform_", "tensor");
   KILN_CHECK(is_floating(t.dtype()), "uniform_: expected a floating tensor, got ", t.dtype());
   uint64_t seed = gen.seed(), first = gen.advance(t.numel());
   affine_random_(t, cuda::RandomDraw::uniform_affine, low, high - low, seed, first);
@@ -140,6 +142,7 @@ Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator& gen) {
   check_defined(t, "normal_");
+  ops::check_in_storage(t, "normal_", "tensor");
   KILN_CHECK(is_floating(t.dtype()), "normal_: expected a floating tensor, got ", t.dtype());
   uint64_t seed = gen.seed(), first = gen.advance(t.numel());
   affine_random_(t, cuda::RandomDraw::normal_affine, mean, std, seed, first);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include <kiln/core/ops/common.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln {
@@ -51,6 +52,7 @@ void print_dim(std::ostream& os, const Tensor& t, DType dt, const double* data, 
 std::string Tensor::str() const {
   std::ostringstream os;
   if (!defined()) return "tensor(undefined)";
+  ops::check_in_storage(*this, "print", "tensor");  // Note [Reads within the storage]
   Tensor c = to(Device::cpu()).to(DType::f64).contiguous();
   const double* data = static_cast<const double*>(c.data_ptr());
   os << "tensor(";

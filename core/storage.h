@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include <kiln/core/device.h>
 
@@ -63,6 +65,19 @@ class Storage {
   // while its storage is released is an error of the caller. Not synchronised.
   void resize(size_t nbytes);
 
+  // Note [Storage release notes]
+  // An owner that releases and refills a storage (FSDP, Note [FSDP unit storage]) tells the ops that
+  // meet it (Note [Reads within the storage], core/ops/common.h): `pending` while an asynchronous write
+  // into the bytes (a prefetched all-gather) is not waited for, and a note saying what the tensor at a
+  // byte offset is and how to get its bytes back, which their errors quote. Core knows nothing of the
+  // owner. The note is called only to build an error. Not synchronised: the owner sets both on the
+  // thread that runs the ops.
+  using ReleaseNote = std::function<std::string(size_t byte_offset)>;
+  void set_release_note(ReleaseNote note) { release_note_ = std::move(note); }
+  const ReleaseNote& release_note() const { return release_note_; }
+  void set_pending(bool pending) { pending_ = pending; }
+  bool is_pending() const { return pending_; }
+
  private:
   void* data_;
   size_t nbytes_;
@@ -70,6 +85,8 @@ class Storage {
   Deleter deleter_;
   Allocator* allocator_ = nullptr;  // set by allocate(): what resize() takes bytes from
   bool pinned_ = false;
+  bool pending_ = false;
+  ReleaseNote release_note_;
 };
 
 }  // namespace kiln

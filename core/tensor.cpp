@@ -377,6 +377,7 @@ bool Tensor::is_pinned() const { return defined() && storage()->is_pinned(); }
 
 double Tensor::item() const {
   KILN_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape());
+  ops::check_in_storage(*this, "item", "tensor");  // the copies below may all be no-ops
   Tensor c = to(Device::cpu()).to(DType::f64);
   return *static_cast<const double*>(c.data_ptr());
 }

@@ -201,8 +201,12 @@ void check_defined(const Tensor& t, const char* op, const char* arg = "input");
 }  // namespace kiln
 
 namespace kiln {
+namespace ops {
+void check_in_storage(const Tensor& t, const char* op, const char* arg);  // core/ops/common.h
+}
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  ops::check_in_storage(*this, "to_vector", "tensor");  // the copies below may all be no-ops
   Tensor c = to(Device::cpu()).to(dtype_of<T>).contiguous();
   const T* p = c.data<T>();
   return std::vector<T>(p, p + c.numel());

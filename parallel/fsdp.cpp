@@ -82,6 +82,34 @@ std::vector<PlannedUnit> plan_units(nn::Module& model, const std::vector<Tensor>
   return out;
 }
 
+// Where a parameter lies in its unit's storage, for the release note.
+struct ParamBytes {
+  size_t begin, end;
+  std::string name;
+};
+
+// The release note of a unit's storage (Note [Storage release notes]): which parameter the tensor at
+// `byte_offset` is and how to get it gathered; ops quote it when they meet the unit released.
+std::string release_note(bool alive, const std::string& unit, bool wrapped, const std::vector<ParamBytes>& params,
+                         size_t byte_offset) {
+  std::string what = "a tensor";
+  for (const ParamBytes& p : params)
+    if (byte_offset >= p.begin && byte_offset < p.end) what = "parameter `" + p.name + "`";
+  const std::string owner = wrapped ? "FSDP unit `" + unit + "`" : "FSDP's root unit";
+  if (!alive)
+    return what + " was sharded by " + owner + ", whose FullyShardedDataParallel no longer exists: the parameters "
+           "it sharded hold no bytes; read the sharded optimizer's local_params() or load a state_dict into a new model";
+  const std::string outside = ". Outside a forward and backward, FullyShardedDataParallel::gather_full_params() or "
+                              "full_state_dict() give the full parameters";
+  if (wrapped)
+    return what + " belongs to " + owner + " and is not gathered: call the module through `nn::call(module, x)` so "
+           "its forward hooks run (FSDP gathers a unit in its forward pre-hook, which `module.forward(x)` skips)" +
+           outside;
+  return what + " belongs to " + owner + " and is not gathered: FullyShardedDataParallel::prepare_forward() gathers "
+         "it before each forward (the Trainer calls it before each micro-step and in sync_buffers()) and its "
+         "backward releases it" + outside;
+}
+
 }  // namespace
 
 ShardedOptimizerOptions fsdp_optimizer_options(nn::Module& model, const optim::Optimizer& optimizer,
@@ -162,6 +190,7 @@ FullyShardedDataParallel::~FullyShardedDataParallel() {
   for (auto& unit : units_)
     if (unit.gather) try {
         unit.gather->wait();
+        unit.storage->set_pending(false);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "kiln: FSDP: unit '%s''s all_gather failed: %s\n", unit.name.c_str(), e.what());
       }
@@ -174,6 +203,7 @@ FullyShardedDataParallel::~FullyShardedDataParallel() {
 
 void FullyShardedDataParallel::install_hooks() {
   std::weak_ptr<FullyShardedDataParallel> weak = shared_from_this();
+  set_release_notes();
   for (size_t u = 0; u < wrapped_; ++u) {
     units_[u].module->register_forward_pre_hook([weak, u](nn::Module&) {
       if (auto self = weak.lock()) self->pre_forward(u);
@@ -186,6 +216,28 @@ void FullyShardedDataParallel::install_hooks() {
     KILN_CHECK(params_[i].requires_grad(), "FSDP: parameter ", i, " of the optimizer does not require grad");
     autograd::register_post_accumulate_grad_hook(params_[i], [weak, i](const Tensor&) {
       if (auto self = weak.lock()) self->on_grad_ready(i);
+    });
+  }
+}
+
+void FullyShardedDataParallel::set_release_notes() {
+  std::map<const TensorImpl*, std::string> names;
+  for (const auto& [name, p] : model_->named_parameters()) names.emplace(p.impl(), name);
+  std::weak_ptr<FullyShardedDataParallel> weak = weak_from_this();
+  for (const Unit& unit : units_) {
+    const ShardBucket& bucket = optimizer_->layout().buckets()[unit.bucket];
+    std::vector<ParamBytes> params;
+    for (size_t k = 0; k < unit.params.size(); ++k) {
+      const Tensor& p = params_[unit.params[k]];
+      const size_t begin = size_t(bucket.offsets[k]) * p.element_size();
+      auto it = names.find(p.impl());
+      std::string name = it != names.end() ? it->second : "#";
+      if (it == names.end()) name += std::to_string(unit.params[k]);  // always found: FSDP checks them
+      params.push_back({begin, begin + p.nbytes(), std::move(name)});
+    }
+    unit.storage->set_release_note([weak, unit_name = unit.name, wrapped = unit.module != nullptr,
+                                    params = std::move(params)](size_t byte_offset) {
+      return release_note(weak.lock() != nullptr, unit_name, wrapped, params, byte_offset);
     });
   }
 }
@@ -211,6 +263,7 @@ void FullyShardedDataParallel::launch_gather(size_t u) {
   unit.storage->resize(size_t(unit.flat.numel()) * dtype_size(unit.flat.dtype()));
   unit.gathered = true;
   unit.gather = optimizer_->process_group().allgather(unit.flat, local_chunk(unit));
+  unit.storage->set_pending(true);  // no op reads it until wait_gather (Note [Storage release notes])
   note(EventKind::all_gather, u);
 }
 
@@ -221,6 +274,7 @@ void FullyShardedDataParallel::wait_gather(size_t u) {
   auto work = std::move(unit.gather);
   unit.gather = nullptr;
   work->wait();
+  unit.storage->set_pending(false);
   note(EventKind::wait_gather, u);
 }
 
@@ -231,6 +285,7 @@ void FullyShardedDataParallel::release(size_t u) {
     unit.gather->wait();
     unit.gather = nullptr;
   }
+  unit.storage->set_pending(false);
   unit.storage->resize(0);
   unit.gathered = false;
   note(EventKind::release, u);

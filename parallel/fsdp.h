@@ -42,6 +42,17 @@ struct FSDPOptions {
 // (plus the padding, < N elements per unit). During a step: the root unit's parameters (gathered from
 // prepare_forward until its backward ends), at most two other units (the one computing and the one
 // prefetched), their full gradients until reduce-scattered, and at most two reduce-scatter buffers.
+// An op never reads a unit that is released, or whose all-gather is launched but not waited for (the
+// storage is `pending` then): it fails with the storage's release note, which names the parameter,
+// its unit and what gathers it (Note [Reads within the storage], Note [Storage release notes]). So a
+// forward that calls a wrapped module as `module.forward(x)`, skipping the hooks nn::call runs, stops
+// at the first op that reads the unit. FSDP does not gather lazily there instead: the trigger would be
+// whichever op reads first, launching a collective from inside any op (a read on one rank only, as a
+// log line, would hang instead of failing), and without the hooks nothing marks the end of the
+// unit's forward or the start of its backward: the unit would stay gathered until its backward
+// (DDP's parameter memory, silently) or, after a forward with no backward, until something else
+// released it before the optimizer step made it stale; and with no output to hook there is no
+// backward prefetch. torch's FSDP hooks `module(x)` in the same way.
 //
 // Note [FSDP schedule]
 // Units are numbered in module order (depth first), the root (what no wrapped module holds) last;
@@ -147,6 +158,7 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   FullyShardedDataParallel(std::shared_ptr<nn::Module> model, std::shared_ptr<ShardedOptimizer> optimizer,
                            FSDPOptions options);
   void install_hooks();
+  void set_release_notes();  // on every unit's storage (Note [Storage release notes])
   void launch_gather(size_t u);
   void wait_gather(size_t u);
   void release(size_t u);

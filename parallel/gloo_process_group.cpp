@@ -27,6 +27,7 @@
 #include <thread>
 
 #include <kiln/core/dispatch.h>
+#include <kiln/core/ops/common.h>
 #include <kiln/core/profiler/profiler.h>
 #include <kiln/parallel/watchdog.h>
 
@@ -137,6 +138,7 @@ struct Job {
 
 void check_tensor(const Tensor& t, const char* op, const char* arg) {
   check_defined(t, op, arg);
+  ops::check_in_storage(t, op, arg);  // Note [Reads within the storage]
   KILN_CHECK(t.device().is_cpu(), "Gloo ", op, ": ", arg, " must be a CPU tensor, got one on ", t.device());
   KILN_CHECK(t.is_contiguous(), "Gloo ", op, ": ", arg, " must be contiguous (shape ", t.shape(), ", strides ",
              t.strides(), "); call .contiguous() first");

@@ -89,6 +89,9 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   check_defined(q, "scaled_dot_product_attention", "q");
   check_defined(k, "scaled_dot_product_attention", "k");
   check_defined(v, "scaled_dot_product_attention", "v");
+  ops::check_in_storage(q, "scaled_dot_product_attention", "q");  // the fused path reads them directly
+  ops::check_in_storage(k, "scaled_dot_product_attention", "k");
+  ops::check_in_storage(v, "scaled_dot_product_attention", "v");
   KILN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
              "scaled_dot_product_attention: q, k, v must be 4-D (B, H, T, D), got shapes ", q.shape(), ", ",
              k.shape(), ", ", v.shape());

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <kiln/core/factory.h>
+#include <kiln/core/ops/common.h>
 
 namespace kiln {
 
@@ -151,6 +152,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     KILN_CHECK_VALUE(name != "__metadata__", "save_safetensors: ", path, ": '__metadata__' is reserved, not a tensor name");
     KILN_CHECK_VALUE(!header.contains(name), "save_safetensors: ", path, ": tensor name '", name, "' appears twice");
     check_defined(t, "save_safetensors", name.c_str());
+    ops::check_in_storage(t, "save_safetensors", name.c_str());
     header[name] = {{"dtype", safetensors_name(t.dtype())},
                     {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())},
                     {"data_offsets", {at, at + t.nbytes()}}};

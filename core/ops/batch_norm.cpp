@@ -32,6 +32,7 @@ void check_per_channel(const Tensor& t, const char* what, const Tensor& x) {
   KILN_CHECK(t.device() == x.device(), "batch_norm: ", what, " is on ", t.device(), " but the input is on ",
              x.device());
   KILN_CHECK(is_floating(t.dtype()), "batch_norm: ", what, " must be floating-point, got ", t.dtype());
+  check_in_storage(t, "batch_norm", what);  // not a dispatch operand (Note [Reads within the storage])
 }
 
 }  // namespace

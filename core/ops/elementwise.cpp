@@ -33,6 +33,7 @@ Device op_device(const char* name, std::initializer_list<const Tensor*> ts) {
   int i = 0;
   for (const Tensor* t : ts) {
     KILN_CHECK(t->defined(), name, ": argument ", i, " is an undefined tensor");
+    check_in_storage(*t, name, i);  // Note [Reads within the storage]
     ++i;
     if (is_cpu_scalar(*t)) continue;
     if (first) check_same_device(name, *first, *t);
@@ -95,6 +96,7 @@ bool keeps_dtype(UnaryOp op) {
 Tensor unary(UnaryOp op, const Tensor& x) {
   const char* name = op_name(op);
   check_defined(x, name);
+  check_in_storage(x, name, 0);  // before x.to(dt) reads it
   DType dt = keeps_dtype(op) ? x.dtype() : float_result(x.dtype());
   Tensor in = x.to(dt);
   Tensor out = empty(x.shape(), dt, x.device());
@@ -169,6 +171,7 @@ template <class Op>
 Tensor binary_scalar(Op op, const Tensor& a, double b, Result kind) {
   const char* name = op_name(op);
   check_defined(a, name);
+  check_in_storage(a, name, 0);
   DType compute = scalar_compute(a, b);
   return dispatch_device(name, a.device(), [&] { return binary_scalar_cuda(op, a, b, kind, compute); },
                          [&] { return binary(op, a.to(compute), scalar_tensor(b, TensorOptions(compute)), kind); });
@@ -208,6 +211,7 @@ Tensor pow(const Tensor& a, const Tensor& b) { return binary(B::pow, a, b, Resul
 Tensor rsub(const Tensor& a, double b) { return binary_scalar(B::rsub, a, b, Result::promoted); }
 Tensor div(const Tensor& a, double b) {
   check_defined(a, "div");
+  check_in_storage(a, "div", 0);
   return binary_scalar(B::div, a.to(float_result(a.dtype())), b, Result::floating);
 }
 Tensor pow(const Tensor& a, double e) {
@@ -275,6 +279,7 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) { return inplace("add_", 
 Tensor& mul_(Tensor& a, const Tensor& b) { return inplace("mul_", B::mul, a, b); }
 Tensor& mul_(Tensor& a, double b) {
   check_defined(a, "mul_");
+  check_in_storage(a, "mul_", 0);
   // On CUDA, b goes to the kernel rounded to a's dtype, as scalar_tensor(b, a.dtype()) is.
   dispatch_device("mul_", a.device(), [&] { cuda::binary_scalar(B::mul, a, a, b); },
                   [&] { inplace("mul_", B::mul, a, scalar_tensor(b, TensorOptions(a.dtype()))); });
