@@ -19,11 +19,13 @@
 #include <kiln/kiln.h>
 
 #include "common/app_main.h"
+#include "common/app_script.h"
+#include "common/dtype_flag.h"
 
 #include "bench_util.h"
 
 #ifndef KILN_BENCH_CIFAR_PY
-#define KILN_BENCH_CIFAR_PY "bench_cifar.py"
+#define KILN_BENCH_CIFAR_PY ""  // the source tree's bench_cifar.py (apps/CMakeLists.txt)
 #endif
 
 using namespace kiln;
@@ -72,13 +74,13 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_cifar: Kiln vs PyTorch training-step throughput of the CIFAR CNN"};
   int threads = num_threads(), rounds = 3, min_iters = 5;
   int64_t tiny_batch = 0, standard_batch = 0;
-  std::string python = "/usr/bin/python3", script = KILN_BENCH_CIFAR_PY, models = "tiny,standard";
+  std::string python = "/usr/bin/python3", script, models = "tiny,standard";
   std::string device_name = "cpu", dtype_name;
   bool no_torch = false;
   app.add_option("--threads", threads, "threads for both Kiln and PyTorch")->check(CLI::PositiveNumber);
   app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--dtype", dtype_name, "f32 or bf16 (autocast); default f32 on the CPU, bf16 on cuda")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--dtype", dtype_name, "f32 (or fp32) or bf16 (autocast); default f32 on the CPU, bf16 on cuda")
+      ->transform(apps::dtype_flag({DType::f32, DType::bf16}));
   app.add_option("--tiny-batch", tiny_batch, "batch of the tiny model (16/32/32); default 256 on the CPU, 1024 on cuda")
       ->check(CLI::PositiveNumber);
   app.add_option("--standard-batch", standard_batch,
@@ -88,7 +90,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "alternating Kiln/PyTorch rounds; each side keeps its best")->check(CLI::PositiveNumber);
   app.add_option("--min-iters", min_iters, "timed steps per measurement at least")->check(CLI::PositiveNumber);
   app.add_option("--python", python, "python with torch for the reference side");
-  app.add_option("--torch-script", script, "path to bench_cifar.py");
+  app.add_option("--torch-script", script, "path to bench_cifar.py (default: the one beside this executable, else the "
+                 "source tree's)");
   app.add_flag("--no-torch", no_torch, "only run the Kiln side");
   return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_cifar"), [&]() -> int {
     set_num_threads(threads);
@@ -97,23 +100,26 @@ int main(int argc, char** argv) {
                cuda::build_info(), ")");
     const Device device = on_cuda ? Device::cuda(0) : Device::cpu();
     if (dtype_name.empty()) dtype_name = on_cuda ? "bf16" : "f32";
-    const DType amp = dtype_name == "bf16" ? DType::bf16 : DType::f32;
+    const DType amp = apps::parse_dtype_flag(dtype_name, {DType::f32, DType::bf16});
+    if (!no_torch) script = apps::find_app_script("bench_cifar.py", script, KILN_BENCH_CIFAR_PY);
     if (tiny_batch == 0) tiny_batch = on_cuda ? 1024 : 256;
     if (standard_batch == 0) standard_batch = on_cuda ? 512 : 64;
     std::vector<Case> cases;
     if (models.find("tiny") != std::string::npos) cases.push_back({"tiny", tiny_batch});
     if (models.find("standard") != std::string::npos) cases.push_back({"standard", standard_batch});
     KILN_CHECK(!cases.empty(), "--models must name tiny and/or standard, got '", models, "'");
-    std::string torch_version = "(not run)", blas = "-";
+    std::string torch_version = "(not run)";
+    nlohmann::json blas = {{"blas", "-"}};  // the PyTorch side's blas_report
     for (int round = 0; round < rounds; ++round) {
       // Alternating rounds: a burst of load from elsewhere on a shared machine hits both sides.
       for (Case& c : cases) c.kiln = std::max(c.kiln, kiln_images_per_s(c.name, c.batch, min_iters, device, amp));
       if (on_cuda) cuda::empty_cache();  // give PyTorch the memory Kiln's cache holds
       if (no_torch) continue;
       for (Case& c : cases) {
-        std::string cmd = python + " " + script + " --threads " + std::to_string(threads) + " --model " + c.name +
-                          " --batch " + std::to_string(c.batch) + " --min-iters " + std::to_string(min_iters) +
-                          " --device " + device_name + " --dtype " + dtype_name;
+        std::string cmd = bench::shell_quote(python) + " " + bench::shell_quote(script) + " --threads " +
+                          std::to_string(threads) + " --model " + c.name + " --batch " + std::to_string(c.batch) +
+                          " --min-iters " + std::to_string(min_iters) + " --device " + device_name + " --dtype " +
+                          dtype_name;
         std::string out = run_command(cmd);
         nlohmann::json r;
         try {
@@ -124,12 +130,12 @@ int main(int argc, char** argv) {
         }
         c.torch = std::max(c.torch, r.at("images_per_s").get<double>());
         torch_version = r.value("torch", torch_version);
-        if (!on_cuda) blas = r.value("blas", blas);
+        if (!on_cuda) blas = r;
       }
     }
     std::printf("bench_cifar: training step (forward, cross entropy, backward, SGD), %s on %s, %d thread(s); PyTorch %s%s\n",
                 dtype_name.c_str(), on_cuda ? "cuda" : "the CPU", threads, torch_version.c_str(),
-                on_cuda ? " (channels-last)" : (", BLAS " + blas + bench::blas_warning(blas)).c_str());
+                on_cuda ? " (channels-last)" : (", " + bench::blas_description(blas)).c_str());
     std::printf("%-10s %6s %12s %12s %8s\n", "model", "batch", "kiln img/s", "torch img/s", "ratio");
     for (const Case& c : cases) {
       if (c.torch > 0)

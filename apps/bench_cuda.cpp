@@ -22,6 +22,11 @@
 #include <kiln/kiln.h>
 
 #include "common/app_main.h"
+#include "common/app_script.h"
+
+#ifndef KILN_BENCH_CUDA_PY
+#define KILN_BENCH_CUDA_PY ""  // the source tree's bench_cuda.py (apps/CMakeLists.txt)
+#endif
 
 using namespace kiln;
 
@@ -132,16 +137,19 @@ Result bench_adamw(int64_t total) {
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_cuda: Kiln's CUDA kernels vs PyTorch on this GPU (ratio = Kiln / PyTorch throughput)"};
-  std::string python = "python3", script = KILN_BENCH_CUDA_PY, only;
+  std::string python = "python3", script, only;
   bool no_torch = false;
   int64_t adamw_params = 1300000000;
   app.add_option("--python", python, "python with a CUDA build of torch for the reference side");
+  app.add_option("--torch-script", script, "path to bench_cuda.py (default: the one beside this executable, else the "
+                 "source tree's)");
   app.add_flag("--no-torch", no_torch, "Kiln's figures only");
   app.add_option("--only", only, "run one case: gemm, attention, layer_norm, cross_entropy, adamw");
   app.add_option("--adamw-params", adamw_params, "parameters in the AdamW step (default 1.3e9)")
       ->check(CLI::PositiveNumber);
   return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_cuda"), [&]() -> int {
     KILN_CHECK(cuda::is_available(), "bench_cuda: no usable CUDA device (", cuda::build_info(), ")");
+    if (!no_torch) script = apps::find_app_script("bench_cuda.py", script, KILN_BENCH_CUDA_PY);
     std::printf("bench_cuda: %s\n", cuda::build_info().c_str());
     std::fflush(stdout);
     std::vector<Result> results;
@@ -159,8 +167,8 @@ int main(int argc, char** argv) {
 
     nlohmann::json ref = nlohmann::json::object();
     if (!no_torch) {
-      std::string cmd = python + " " + script + " --adamw-params " + std::to_string(adamw_params) +
-                        (only.empty() ? "" : " --only " + only);
+      std::string cmd = bench::shell_quote(python) + " " + bench::shell_quote(script) + " --adamw-params " +
+                        std::to_string(adamw_params) + (only.empty() ? "" : " --only " + only);
       std::string out = bench::run_command(cmd);
       try {
         ref = nlohmann::json::parse(out);

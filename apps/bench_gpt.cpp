@@ -27,6 +27,9 @@
 
 #include "bench_util.h"
 #include "common/app_main.h"
+#include "common/app_script.h"
+#include "common/cpu_peak.h"
+#include "common/dtype_flag.h"
 #include "common/profiling.h"
 #include "gpt/bench_profile.h"
 #include "gpt/bench_sharding.h"
@@ -37,7 +40,7 @@
 #include "gpt/model_flags.h"
 
 #ifndef KILN_BENCH_GPT_PY
-#define KILN_BENCH_GPT_PY "bench_gpt.py"
+#define KILN_BENCH_GPT_PY ""  // the source tree's bench_gpt.py (apps/CMakeLists.txt)
 #endif
 
 using namespace kiln;
@@ -48,7 +51,7 @@ constexpr double kDdpOverheadGoal = 0.03;  // issue #6
 constexpr double kProfilerOffGoal = 0.01;  // issue #22
 
 struct Args {
-  std::string device = "cpu", dtype, config, python = "/usr/bin/python3", script = KILN_BENCH_GPT_PY;
+  std::string device = "cpu", dtype, config, python = "/usr/bin/python3", script;
   std::string attention = "auto";
   std::vector<std::string> torch_modes;
   int threads = 0, rounds = 0, warmup = 2, steps = 10;
@@ -125,6 +128,10 @@ int run(Args a) {
                 "of %d steps after %d warm-up, best of %d alternating round(s)\n",
                 a.device.c_str(), a.dtype == "bf16" ? "bf16 autocast" : "f32", threads, a.steps, a.warmup, a.rounds);
   if (cuda) std::printf("%s; peak for MFU %.4g FLOP/s\n", cuda::build_info().c_str(), peak);
+  else if (a.peak_flops > 0) std::printf("peak for MFU %.4g FLOP/s (--peak-flops)\n", peak);
+  else std::printf("peak for MFU: %s\n", apps::cpu_peak(threads).describe().c_str());
+  if (!a.no_torch && !a.ddp_overhead && !a.profile_overhead)
+    a.script = apps::find_app_script("bench_gpt.py", a.script, KILN_BENCH_GPT_PY);
   const models::GPTRecompute recompute = apps::parse_recompute_flag(a.recompute);
   const models::GPTFusedHead fused_head = apps::parse_fused_head(a.fused_head);
   if (recompute != models::GPTRecompute::none)
@@ -232,7 +239,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", a.device, "cpu or cuda (device 0)")->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--dtype", a.dtype, "f32, or bf16 autocast with f32 master weights (default: f32 on cpu, bf16 on "
-                 "cuda)")->check(CLI::IsMember({"f32", "bf16"}));
+                 "cuda; fp32 also taken)")->transform(apps::dtype_flag({DType::f32, DType::bf16}));
   app.add_option("--config", a.config, "run only this config: gpt-tiny, gpt-10m, gpt2-124m, gpt2-350m, gpt2-774m, "
                  "gpt-1.3b (default: gpt-tiny and gpt-10m on cpu, gpt2-124m and gpt-1.3b on cuda)");
   app.add_option("-B,--batch", a.batch, "sequences per step (default: 8; gpt2-124m 16)")->check(CLI::PositiveNumber);
@@ -252,9 +259,10 @@ int main(int argc, char** argv) {
   app.add_option("--attention", a.attention, "PyTorch attention: auto (SDPA where torch has it), manual, sdpa")
       ->check(CLI::IsMember({"auto", "manual", "sdpa"}))->capture_default_str();
   app.add_option("--peak-flops", a.peak_flops, "peak FLOP/s for MFU (default: 989e12 bf16 on cuda, half for f32; "
-                 "1.6e11 per thread on the CPU)")->check(CLI::PositiveNumber);
+                 "on the CPU derived from /proc/cpuinfo and printed)")->check(CLI::PositiveNumber);
   app.add_option("--python", a.python, "python with torch for the reference side")->capture_default_str();
-  app.add_option("--torch-script", a.script, "path to bench_gpt.py")->capture_default_str();
+  app.add_option("--torch-script", a.script, "path to bench_gpt.py (default: the one beside this executable, else "
+                 "the source tree's)");
   app.add_flag("--no-torch", a.no_torch, "only run the Kiln side");
   app.add_option("--recompute", a.recompute, "activation checkpointing on both sides (Kiln's GPT::set_recompute, "
                  "torch.utils.checkpoint in PyTorch): none (default), block (the flag alone), attention or mlp; MFU "

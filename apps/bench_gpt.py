@@ -14,7 +14,8 @@ GPT::set_recompute.
 
 Prints one JSON line on stdout: {"step_s" (median of the timed steps), "params", "torch",
 "threads", "device", "dtype", "mode", "attention", "fused_adamw", "recompute", "peak_bytes" (cuda;
-else 0), "blas" (the CPU's BLAS library; "-" on cuda)},
+else 0), "blas" (the CPU's BLAS library; "-" on cuda), on the CPU "blas_core" and "blas_note"
+(apps/bench_util.py's blas_report)},
 or, when the step cannot run, {"error": "...", "oom": true|false} and exits with status 1.
 """
 import argparse
@@ -24,9 +25,9 @@ import sys
 import time
 import traceback
 
-from bench_util import blas_library, tune_openblas, use_reference_models  # noqa: E402
+from bench_util import blas_report, dtype_arg, prepare_openblas, use_reference_models  # noqa: E402
 
-tune_openblas()
+prepare_openblas()
 use_reference_models()
 import torch  # noqa: E402
 from torch_gpt import ATTENTIONS, GPT, GPTConfig  # noqa: E402
@@ -59,7 +60,8 @@ def make_optimizer(params, device):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--dtype", choices=["f32", "bf16"], default=None, help="default: f32 on cpu, bf16 on cuda")
+    ap.add_argument("--dtype", type=dtype_arg, choices=["f32", "bf16"], default=None,
+                    help="default: f32 on cpu, bf16 on cuda")
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
     ap.add_argument("--attention", choices=ATTENTIONS, default="auto")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -82,6 +84,7 @@ def main():
     if a.mode == "compile" and not hasattr(torch, "compile"):
         fail(f"torch.compile needs torch >= 2.0; this is {torch.__version__}")
     torch.set_num_threads(a.threads)
+    blas = blas_report(torch) if a.device == "cpu" else {"blas": "-"}
     torch.manual_seed(0)
 
     config = GPTConfig(a.vocab, a.padded_vocab, a.block, a.n_layer, a.n_head, a.n_embd)
@@ -129,7 +132,7 @@ def main():
                       "threads": torch.get_num_threads(), "device": a.device, "dtype": dtype, "mode": a.mode,
                       "attention": model.attention, "fused_adamw": fused, "recompute": a.recompute,
                       "peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
-                      "blas": "-" if cuda else blas_library(torch)}))
+                      **blas}))
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@
 #include <kiln/kiln.h>
 
 #include "common/app_main.h"
+#include "common/app_script.h"
 
 #include "bench_util.h"
 
 #ifndef KILN_BENCH_OPS_PY
-#define KILN_BENCH_OPS_PY "bench_ops.py"
+#define KILN_BENCH_OPS_PY ""  // the source tree's bench_ops.py (apps/CMakeLists.txt)
 #endif
 
 using namespace kiln;
@@ -66,18 +67,20 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_ops: Kiln vs PyTorch CPU op throughput on this machine"};
   int threads = num_threads();
   int64_t elements = int64_t(1) << 24;
-  std::string gemm = "512,1024,2048", python = "/usr/bin/python3", script = KILN_BENCH_OPS_PY;
+  std::string gemm = "512,1024,2048", python = "/usr/bin/python3", script;
   bool no_torch = false;
   int rounds = 3;
   app.add_option("--threads", threads, "threads for both Kiln and PyTorch")->check(CLI::PositiveNumber);
   app.add_option("--elements", elements, "elements for the elementwise and softmax benchmarks")->check(CLI::PositiveNumber);
   app.add_option("--gemm", gemm, "comma-separated square GEMM sizes");
   app.add_option("--python", python, "python with torch for the reference side");
-  app.add_option("--torch-script", script, "path to bench_ops.py");
+  app.add_option("--torch-script", script, "path to bench_ops.py (default: the one beside this executable, else the "
+                 "source tree's)");
   app.add_flag("--no-torch", no_torch, "only run the Kiln side");
   app.add_option("--rounds", rounds, "alternating Kiln/PyTorch rounds; each side keeps its best")->check(CLI::PositiveNumber);
   return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_ops"), [&]() -> int {
     set_num_threads(threads);
+    if (!no_torch) script = apps::find_app_script("bench_ops.py", script, KILN_BENCH_OPS_PY);
     // Rounds alternate Kiln and PyTorch; each side keeps its best round, so a burst of load from
     // elsewhere on a shared machine does not land on one side only.
     std::vector<Row> rows;
@@ -87,8 +90,8 @@ int main(int argc, char** argv) {
       if (rows.empty()) rows = now;
       for (size_t i = 0; i < rows.size(); ++i) rows[i].kiln = std::max(rows[i].kiln, now[i].kiln);
       if (no_torch) continue;
-      std::string cmd = python + " " + script + " --threads " + std::to_string(threads) + " --elements " +
-                        std::to_string(elements) + " --gemm=" + gemm;
+      std::string cmd = bench::shell_quote(python) + " " + bench::shell_quote(script) + " --threads " +
+                        std::to_string(threads) + " --elements " + std::to_string(elements) + " --gemm=" + gemm;
       std::string out = run_command(cmd);
       nlohmann::json r;
       try {
@@ -101,10 +104,8 @@ int main(int argc, char** argv) {
       for (const Row& row : rows)
         if (r.contains(row.name)) ref[row.name] = std::max(ref[row.name].get<double>(), r[row.name].get<double>());
     }
-    const std::string blas = ref.value("blas", std::string("-"));
-    std::printf("bench_ops: %d thread(s), %lld elements; PyTorch %s, BLAS %s%s\n", threads,
-                static_cast<long long>(elements), ref.value("torch", std::string("(not run)")).c_str(), blas.c_str(),
-                bench::blas_warning(blas).c_str());
+    std::printf("bench_ops: %d thread(s), %lld elements; PyTorch %s, %s\n", threads, static_cast<long long>(elements),
+                ref.value("torch", std::string("(not run)")).c_str(), bench::blas_description(ref).c_str());
     bench::print_comparison(rows, {"op", 12, -8, 10, "kiln", "pytorch"}, ref);
     return 0;
   });

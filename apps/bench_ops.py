@@ -1,14 +1,15 @@
 """PyTorch side of apps/bench_ops: the same CPU ops, sizes and timing rule as the C++ side.
 
-Prints one JSON object {"name": value} (GFLOP/s for gemm, GB/s for the rest) on stdout.
+Prints one JSON object {"name": value} (GFLOP/s for gemm, GB/s for the rest) on stdout, with
+"torch", "threads" and blas_report's "blas", "blas_core", "blas_note" (apps/bench_util.py).
 """
 import argparse
 import json
 import os
 
-from bench_util import blas_library, median_seconds, tune_openblas  # noqa: E402
+from bench_util import blas_report, median_seconds, prepare_openblas  # noqa: E402
 
-tune_openblas()
+prepare_openblas()
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -20,7 +21,7 @@ def main():
     ap.add_argument("--gemm", type=str, default="512,1024,2048")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    out = {}
+    out = blas_report(torch)
     g = torch.Generator().manual_seed(0)
     for n in [int(s) for s in args.gemm.split(",") if s]:
         a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
@@ -36,7 +37,6 @@ def main():
     out["softmax"] = 8 * n / median_seconds(lambda: torch.softmax(s, dim=-1)) / 1e9
     out["torch"] = torch.__version__
     out["threads"] = torch.get_num_threads()
-    out["blas"] = blas_library(torch)
     print(json.dumps(out))
 
 

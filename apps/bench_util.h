@@ -1,5 +1,6 @@
 // Shared by the bench_* apps: the timing rule (median of at least `min_iters` runs and 0.5 s,
-// after 2 warm-ups), running the PyTorch side as a child process, and the Kiln-vs-PyTorch table.
+// after 2 warm-ups), running the PyTorch side as a child process (its script: common/app_script.h),
+// what it says about its BLAS, and the Kiln-vs-PyTorch table.
 #pragma once
 
 #include <algorithm>
@@ -46,7 +47,6 @@ inline std::string run_command(const std::string& cmd, int* exit_status = nullpt
   return out;
 }
 
-// `s` quoted for the shell: 'it'\''s' (safe for any path).
 // What to print after "BLAS <library>" for PyTorch's CPU side: a warning when it is not OpenBLAS
 // (Debian's torch then runs on the reference BLAS, and every GEMM-bound ratio flatters Kiln ~50x).
 inline std::string blas_warning(const std::string& blas) {
@@ -55,6 +55,18 @@ inline std::string blas_warning(const std::string& blas) {
          "libopenblas0-pthread)";
 }
 
+// What the PyTorch side's blas_report (apps/bench_util.py) says: "BLAS <library>, OpenBLAS core
+// <core> (<what was changed for it>)" and blas_warning's warning.
+inline std::string blas_description(const nlohmann::json& r) {
+  const std::string blas = r.value("blas", std::string("-")), core = r.value("blas_core", std::string("-"));
+  const std::string note = r.value("blas_note", std::string());
+  std::string out = "BLAS " + blas;
+  if (core != "-") out += ", OpenBLAS core " + core;
+  if (!note.empty()) out += " (" + note + ")";
+  return out + blas_warning(blas);
+}
+
+// `s` quoted for the shell: 'it'\''s' (safe for any path).
 inline std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

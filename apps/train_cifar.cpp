@@ -21,6 +21,7 @@
 #include "cifar/cifar_metrics.h"
 #include "cifar/cifar_optim.h"
 #include "common/app_main.h"
+#include "common/dtype_flag.h"
 #include "common/duration.h"
 #include "common/job.h"
 #include "common/metrics_writer.h"
@@ -40,7 +41,7 @@ struct Args {
   int grad_accum = 1, threads = 0, log_every = 10;
   std::string optimizer = "sgd", schedule = "linear";
   double lr = 0.2, weight_decay = 5e-4, momentum = 0.9, label_smoothing = 0.2, warmup_epochs = 0.5;
-  std::string dtype = "fp32", device = "cpu", backend = "auto";
+  std::string dtype = "f32", device = "cpu", backend = "auto";
   apps::ParallelFlags parallel;
   uint64_t seed = 0;
   std::string checkpoint_dir, metrics, acc_svg;
@@ -73,7 +74,8 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(CLI::IsMember({"linear", "cosine"}));
   app.add_option("--warmup-epochs", a.warmup_epochs, "linear warmup from lr/warmup_steps to lr, in epochs (fractions ok)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--dtype", a.dtype, "fp32, or bf16 autocast (BatchNorm stays f32)")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--dtype", a.dtype, "f32 (or fp32), or bf16 autocast (BatchNorm stays f32)")
+      ->transform(apps::dtype_flag({DType::f32, DType::bf16}))->capture_default_str();
   app.add_option("--device", a.device, "cpu, or cuda (device LOCAL_RANK)")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--backend", a.backend, "process group backend under a launcher: auto, gloo or nccl")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
@@ -116,7 +118,7 @@ int run(const Args& a) {
   KILN_CHECK(per_rank % a.grad_accum == 0, "the per-rank batch ", per_rank, " is not divisible by --grad-accum ",
              a.grad_accum);
   const int64_t micro = per_rank / a.grad_accum;
-  const DType amp = a.dtype == "bf16" ? DType::bf16 : DType::f32;
+  const DType amp = apps::parse_dtype_flag(a.dtype, {DType::f32, DType::bf16});
 
   auto [train_set, test_set] = apps::load_cifar_splits({a.data_dir, a.synthetic, a.train_size, a.test_size}, job.main());
   auto train = std::make_shared<const data::Cifar10Dataset>(train_set);

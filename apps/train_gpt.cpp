@@ -16,6 +16,8 @@
 #include <kiln/kiln.h>
 
 #include "common/app_main.h"
+#include "common/cpu_peak.h"
+#include "common/dtype_flag.h"
 #include "common/job.h"
 #include "common/parallel_flags.h"
 #include "common/profiling.h"
@@ -28,13 +30,15 @@ using namespace kiln;
 
 namespace {
 
+const std::vector<DType> kDTypes = {DType::f32, DType::bf16, DType::f16};  // --dtype
+
 struct Args {
   apps::ModelFlags shape;
   std::string train, val;
   int64_t batch_size = 8, seq_len = 128, total_batch_tokens = 0;
   double lr = 6e-4, min_lr = 6e-5, weight_decay = 0.1, grad_clip = 1.0;
   int64_t warmup_steps = 20, steps = 200, stop_after = 0;
-  std::string dtype = "fp32", device = "cpu";
+  std::string dtype = "f32", device = "cpu";
   int64_t eval_every = 0, eval_tokens = 65536, log_every = 10;
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
@@ -74,8 +78,8 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--grad-clip", a.grad_clip, "clip the global gradient norm to this (0: off)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--dtype", a.dtype, "fp32, or autocast to bf16, or fp16 with a loss scaler")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--dtype", a.dtype, "f32 (or fp32), or autocast to bf16, or f16 (or fp16) with a loss scaler")
+      ->transform(apps::dtype_flag(kDTypes))->capture_default_str();
   app.add_option("--eval-every", a.eval_every, "validation loss every N steps and at the end (0: off)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--eval-tokens", a.eval_tokens, "validation tokens per evaluation (over all ranks, from the start "
@@ -111,8 +115,8 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
   app.add_option("--entropy-floor", floor_flag, "the data's entropy floor in nats/token, shown next to the loss "
                  "(default: read from floor.txt next to the --train shards, which kiln-make-shards --synthetic writes)");
   app.add_option("--peak-flops", a.peak_flops, "one rank's peak FLOP/s for MFU; default for cuda: 989e12 (H100/H200 "
-                 "dense bf16; half for f32/TF32), for the CPU a rough 1.6e11 per thread (one AVX-512 core's f32 "
-                 "FMA peak), so CPU MFU is only indicative");
+                 "dense bf16; half for f32/TF32), for the CPU its f32 peak derived from the CPU (vector width, 2 "
+                 "FMA units per core assumed, the threads' cores, the measured clock; printed at the start)");
 }
 
 int run(Args a) {
@@ -156,7 +160,7 @@ int run(Args a) {
   for (auto& g : model->param_groups(a.weight_decay))
     groups.push_back({g.params, optim::AdamWOptions(adamw).weight_decay(g.weight_decay)});
   auto optimizer = std::make_shared<optim::AdamW>(std::move(groups));
-  const DType amp = a.dtype == "fp32" ? DType::f32 : a.dtype == "bf16" ? DType::bf16 : DType::f16;
+  const DType amp = apps::parse_dtype_flag(a.dtype, kDTypes);
   dist::TrainerOptions topts =
       apps::with_parallel_flags(dist::TrainerOptions(), a.parallel)
           .grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
@@ -195,6 +199,8 @@ int run(Args a) {
                 a.shape.model.c_str(), (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd, world,
                 (long long)a.batch_size, (long long)a.seq_len, accum, (long long)a.total_batch_tokens,
                 (long long)train_loader.num_tokens(), flops_tok);
+    if (device.is_cpu() && a.peak_flops <= 0)
+      std::printf("MFU's peak (per rank): %s\n", apps::cpu_peak(num_threads()).describe().c_str());
     if (!resumed_from.empty()) std::printf("resumed from %s at step %lld\n", resumed_from.c_str(),
                                            (long long)trainer.global_step());
     else if (a.resume) std::printf("no checkpoint in %s common to all ranks: starting from step 0\n", a.checkpoint_dir.c_str());

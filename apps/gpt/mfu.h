@@ -9,10 +9,11 @@
 #include <kiln/core/dtype.h>
 #include <kiln/models/gpt.h>
 
+#include "common/cpu_peak.h"
+
 namespace kiln::apps {
 
-constexpr double kCpuPeakFlopsPerThread = 1.6e11;  // one AVX-512 core: 2 FMA x 16 f32 lanes x 2.5 GHz
-constexpr double kHopperPeakBf16 = 989.4e12;      // H100/H200 SXM dense bf16 (TF32: half of it)
+constexpr double kHopperPeakBf16 = 989.4e12;  // H100/H200 SXM dense bf16 (TF32: half of it)
 
 // Training FLOPs per token: 6N + 6·L·C·T with N the non-embedding parameters (the estimate of
 // llm.c; nanoGPT's has the same 6N term): 6N for the matmuls' forward and backward, 6·L·C·T for
@@ -28,11 +29,11 @@ inline double flops_per_token(const models::GPTConfig& config, int64_t seq_len) 
 }
 
 // One device's peak FLOP/s for a step whose matmuls run in `amp` (f32: autocast off): on CUDA
-// Hopper's dense bf16/f16 peak, half of it for f32 (TF32); on the CPU a rough per-thread f32 FMA
-// peak times `threads`, so CPU MFU is only indicative.
+// Hopper's dense bf16/f16 peak, half of it for f32 (TF32); on the CPU the f32 peak of `threads`
+// threads derived from the CPU (cpu_peak.h; the apps print cpu_peak(threads).describe() beside it).
 inline double device_peak_flops(Device device, DType amp, int threads) {
   if (device.is_cuda()) return amp == DType::f32 ? kHopperPeakBf16 / 2 : kHopperPeakBf16;
-  return kCpuPeakFlopsPerThread * threads;
+  return cpu_peak(threads).flops;
 }
 
 }  // namespace kiln::apps
