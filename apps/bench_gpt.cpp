@@ -56,7 +56,7 @@ struct Args {
   std::vector<std::string> torch_modes;
   int threads = 0, rounds = 0, warmup = 2, steps = 10;
   int64_t batch = 0, seq = 0;
-  bool no_torch = false, ddp_overhead = false, bucket_view = false, profile_overhead = false;
+  bool no_torch = false, ddp_overhead = false, bucket_view = false, profile_overhead = false, estimate_memory = false;
   std::string recompute = "none", fused_head = "auto";
   std::vector<std::string> sharding;  // --sharding: modes to time on --world ranks
   int world = 2;
@@ -86,9 +86,39 @@ int run_sharding(const Args& a) {
   return 0;
 }
 
+// --estimate-memory: the formula of models/gpt_memory.h for each config, without running anything
+// (no device needed: "what would this take on that GPU?").
+void print_memory_formula(const std::vector<apps::BenchRow>& rows, bool cuda, DType amp, models::GPTRecompute recompute,
+                          models::GPTFusedHead fused_head) {
+  for (const apps::BenchRow& r : rows) {
+    const int64_t d = r.bc.config.n_embd / r.bc.config.n_head;
+    const bool fused = fused_head == models::GPTFusedHead::on || (fused_head == models::GPTFusedHead::automatic && !cuda);
+    const models::GPTMemoryEstimate est = models::estimate_gpt_training_memory(
+        r.bc.config, r.b, r.t,
+        models::GPTMemoryOptions{amp != DType::f32, cuda && amp != DType::f32 && (d == 64 || d == 128), recompute, fused});
+    const double g = double(int64_t(1) << 30);
+    std::printf("%s B=%lld T=%lld recompute %s, head %s: memory formula %.2f GiB after forward (weights+AdamW %.2f, "
+                "16-bit weight copies %.2f, activations %.2f, head %.2f), peak %.2f GiB with gradients and "
+                "transients\n",
+                r.bc.name.c_str(), (long long)r.b, (long long)r.t, models::gpt_recompute_name(recompute),
+                fused ? "chunked" : "whole logits", est.after_forward() / g, (est.parameters + est.optimizer) / g,
+                est.weight_copies / g, est.activations / g, est.head / g, est.peak() / g);
+  }
+}
+
 int run(Args a) {
   if (!a.sharding.empty()) return run_sharding(a);
   const bool cuda = a.device == "cuda";
+  if (a.estimate_memory) {
+    std::vector<apps::BenchRow> rows;
+    for (const apps::BenchConfig& bc :
+         a.config.empty() ? apps::default_configs(cuda) : std::vector{apps::named_config(a.config)})
+      rows.push_back(apps::BenchRow{bc, a.batch > 0 ? a.batch : bc.batch, a.seq > 0 ? a.seq : bc.seq, {}});
+    const std::string dtype = a.dtype.empty() ? (cuda ? "bf16" : "f32") : a.dtype;
+    print_memory_formula(rows, cuda, dtype == "bf16" ? DType::bf16 : DType::f32, apps::parse_recompute_flag(a.recompute),
+                         apps::parse_fused_head(a.fused_head));
+    return 0;
+  }
   KILN_CHECK(!cuda || cuda::is_available(), "--device cuda: no usable CUDA device (", cuda::build_info(),
              "); use --device cpu");
   if (a.dtype.empty()) a.dtype = cuda ? "bf16" : "f32";
@@ -215,18 +245,7 @@ int run(Args a) {
   if (a.ddp_overhead) apps::print_ddp_overhead_table(rows, kDdpOverheadGoal);
   else apps::print_sides_table(rows, peak);
   // The formula next to the measurement (models/gpt_memory.h): Kiln's peak above is the allocator's.
-  for (const apps::BenchRow& r : rows) {
-    const int64_t d = r.bc.config.n_embd / r.bc.config.n_head;
-    const bool fused = fused_head == models::GPTFusedHead::on || (fused_head == models::GPTFusedHead::automatic && !cuda);
-    const models::GPTMemoryEstimate est = models::estimate_gpt_training_memory(
-        r.bc.config, r.b, r.t,
-        models::GPTMemoryOptions{amp != DType::f32, cuda && amp != DType::f32 && (d == 64 || d == 128), recompute, fused});
-    const double g = double(int64_t(1) << 30);
-    std::printf("%s memory formula: %.2f GiB after forward (weights+AdamW %.2f, 16-bit weight copies %.2f, "
-                "activations %.2f, head %.2f), peak %.2f GiB with gradients and transients\n",
-                r.bc.name.c_str(), est.after_forward() / g, (est.parameters + est.optimizer) / g, est.weight_copies / g,
-                est.activations / g, est.head / g, est.peak() / g);
-  }
+  print_memory_formula(rows, cuda, amp, recompute, fused_head);
   return 0;
 }
 
@@ -264,6 +283,8 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", a.script, "path to bench_gpt.py (default: the one beside this executable, else "
                  "the source tree's)");
   app.add_flag("--no-torch", a.no_torch, "only run the Kiln side");
+  app.add_flag("--estimate-memory", a.estimate_memory, "print the memory formula (models/gpt_memory.h) for the configs, "
+               "device, dtype, --recompute and --fused-head given, and run nothing (no device needed)");
   app.add_option("--recompute", a.recompute, "activation checkpointing on both sides (Kiln's GPT::set_recompute, "
                  "torch.utils.checkpoint in PyTorch): none (default), block (the flag alone), attention or mlp; MFU "
                  "still counts the model's FLOPs only")
