@@ -52,7 +52,7 @@ if [ -d "$root" ]; then
   rm -rf --one-file-system "$root"
 fi
 start=$(date +%s)
-echo "ci-cold.sh: debootstrap bookworm from ${mirror:-debootstrap's default mirror}"
+echo "ci-cold.sh: debootstrap bookworm from ${mirror:-the default mirror of debootstrap}"
 debootstrap --variant=minbase bookworm "$root" $mirror >/dev/null
 trap unmount_all EXIT
 # The root a mount point of its own: `ip netns exec`/`ip -n` remount / as a slave, which fails on a
