@@ -89,7 +89,7 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
                    : empty(shape(), dtype(), device);
   out.copy_(*this, non_blocking);
   if (auto hook = impl()->autograd_meta() ? detail::autograd_derived_hook() : nullptr)
-    return hook(*this, out, {detail::Derivation::Kind::copy, nullptr});
+    return hook(*this, out, {detail::Derivation::Kind::copy, nullptr, nullptr});
   return out;
 }
 

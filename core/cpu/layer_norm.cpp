@@ -46,8 +46,8 @@ ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& residual, int64_t
   Tensor in = x.contiguous();
   Tensor res = residual.defined() ? residual.contiguous() : Tensor();  // x's dtype (the front casts it)
   ops::LayerNormResult r{empty(x.shape(), x.dtype()), empty({rows}, compute_dtype(x.dtype())),
-                    empty({rows}, compute_dtype(x.dtype()))};
-  if (res.defined()) r.sum = empty(x.shape(), x.dtype());
+                         empty({rows}, compute_dtype(x.dtype())),
+                         res.defined() ? empty(x.shape(), x.dtype()) : Tensor()};
   dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
     using C = acc_t<T>;
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;

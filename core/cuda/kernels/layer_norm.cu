@@ -245,8 +245,8 @@ ops::LayerNormResult layer_norm(const Tensor& x_in, const Tensor& residual_in, i
   const Device dev = x.device();
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   const DType sdt = stats_dtype(x.dtype());
-  ops::LayerNormResult r{empty(x.shape(), x.dtype(), dev), empty({rows}, sdt, dev), empty({rows}, sdt, dev)};
-  if (residual.defined()) r.sum = empty(x.shape(), x.dtype(), dev);
+  ops::LayerNormResult r{empty(x.shape(), x.dtype(), dev), empty({rows}, sdt, dev), empty({rows}, sdt, dev),
+                         residual.defined() ? empty(x.shape(), x.dtype(), dev) : Tensor()};
   if (rows == 0) return r;
   const bool same = params_in_x_dtype(x, weight, bias);
   const Tensor w = param_as(weight, same ? x.dtype() : sdt), b = param_as(bias, same ? x.dtype() : sdt);
