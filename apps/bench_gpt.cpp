@@ -92,7 +92,7 @@ void print_memory_formula(const std::vector<apps::BenchRow>& rows, bool cuda, DT
                           models::GPTFusedHead fused_head) {
   for (const apps::BenchRow& r : rows) {
     const int64_t d = r.bc.config.n_embd / r.bc.config.n_head;
-    const bool fused = fused_head == models::GPTFusedHead::on || (fused_head == models::GPTFusedHead::automatic && !cuda);
+    const bool fused = models::uses_fused_head(fused_head, cuda ? Device::cuda(0) : Device::cpu());
     const models::GPTMemoryEstimate est = models::estimate_gpt_training_memory(
         r.bc.config, r.b, r.t,
         models::GPTMemoryOptions{amp != DType::f32, cuda && amp != DType::f32 && (d == 64 || d == 128), recompute, fused});
@@ -167,10 +167,7 @@ int run(Args a) {
   if (recompute != models::GPTRecompute::none)
     std::printf("activation checkpointing (--recompute %s) on both sides\n", models::gpt_recompute_name(recompute));
   std::printf("Kiln's LM head + cross entropy: %s (--fused-head %s)\n",
-              fused_head == models::GPTFusedHead::on || (fused_head == models::GPTFusedHead::automatic && !cuda)
-                  ? "chunked"
-                  : "whole logits",
-              a.fused_head.c_str());
+              models::uses_fused_head(fused_head, device) ? "chunked" : "whole logits", a.fused_head.c_str());
   if (a.ddp_overhead)
     std::printf("DDP: world size 1, %s process group, bucket_cap_mb 25, gradient_as_bucket_view %s\n",
                 group->backend().c_str(), a.bucket_view ? "true" : "false");

@@ -257,8 +257,7 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
   check_defined(targets, "GPT::loss", "targets");
   KILN_CHECK(targets.shape() == idx.shape(), "GPT::loss: targets of shape ", targets.shape(),
              " must match idx of shape ", idx.shape());
-  const bool fused = fused_head_ == GPTFusedHead::on || (fused_head_ == GPTFusedHead::automatic && idx.device().is_cpu());
-  if (fused)  // Note [Chunked LM head]: the (B, T, V) logits never exist whole
+  if (uses_fused_head(fused_head_, idx.device()))  // Note [Chunked LM head]: the (B, T, V) logits never exist whole
     return linear_cross_entropy(hidden(idx), transformer->wte->weight, targets,
                                 LinearCrossEntropyOptions().classes(config_.vocab_size).ignore_index(-1));
   Tensor logits = forward(idx).slice(2, 0, config_.vocab_size);  // Note [Padded vocabulary]

@@ -73,6 +73,10 @@ const char* gpt_recompute_name(GPTRecompute mode);
 // head], autograd/ops/linear_cross_entropy.h): auto = on for CPU tensors, where it was measured at
 // least as fast, and off on CUDA until a GPU run has measured it (README, "Memory").
 enum class GPTFusedHead { automatic, on, off };
+// Whether `mode` computes the head chunk by chunk for tensors on `device`.
+inline bool uses_fused_head(GPTFusedHead mode, Device device) {
+  return mode == GPTFusedHead::on || (mode == GPTFusedHead::automatic && device.is_cpu());
+}
 
 struct GPTOptions {
   GPTConfig config_;
