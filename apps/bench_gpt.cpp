@@ -282,12 +282,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-torch", a.no_torch, "only run the Kiln side");
   app.add_flag("--estimate-memory", a.estimate_memory, "print the memory formula (models/gpt_memory.h) for the configs, "
                "device, dtype, --recompute and --fused-head given, and run nothing (no device needed)");
-  app.add_option("--recompute", a.recompute, "activation checkpointing on both sides (Kiln's GPT::set_recompute, "
-                 "torch.utils.checkpoint in PyTorch): none (default), block (the flag alone), attention or mlp; MFU "
-                 "still counts the model's FLOPs only")
-      ->expected(0, 1)->default_str("block");  // the value the flag alone takes
-  app.add_option("--fused-head", a.fused_head, "Kiln's chunked LM head + cross entropy: auto (on the CPU), on, off")
-      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
+  // MFU still counts the model's FLOPs only under --recompute.
+  apps::add_memory_flags(app, a.recompute, a.fused_head,
+                         " on both sides (GPT::set_recompute; torch.utils.checkpoint in PyTorch)");
   app.add_flag("--ddp-overhead", a.ddp_overhead, "Kiln only: the step without DDP against the step through "
                "DistributedDataParallel on a one-rank group (Gloo on cpu, NCCL on cuda), two models stepped in "
                "turn (default configs on cuda: gpt2-124m only)");

@@ -94,13 +94,7 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
                  "final checkpoint");
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
                "schedule, RNG, data cursor), if there is one");
-  app.add_option("--recompute", a.recompute, "activation checkpointing: none (default); block (the flag alone) "
-                 "keeps only each block's input and re-runs the block in backward (about 1/3 more compute, far less "
-                 "activation memory; same results); attention or mlp re-run only that half")
-      ->expected(0, 1)->default_str("block");  // the value the flag alone takes
-  app.add_option("--fused-head", a.fused_head, "the chunked LM head + cross entropy (never the whole (B, T, V) "
-                 "logits): auto (on the CPU; off on CUDA until measured there), on, off")
-      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
+  apps::add_memory_flags(app, a.recompute, a.fused_head);
   apps::add_parallel_flags(app, a.parallel, "each transformer block");
   app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
   app.add_option("--device", a.device, "cpu or cuda (under a launcher each rank takes cuda:LOCAL_RANK)")

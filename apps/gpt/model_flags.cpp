@@ -20,6 +20,16 @@ models::GPTConfig apply_overrides(const ModelFlags& f, models::GPTConfig c) {
   return c;
 }
 
+void add_memory_flags(CLI::App& app, std::string& recompute, std::string& fused_head, const std::string& where) {
+  app.add_option("--recompute", recompute, "activation checkpointing" + where + ": none (default); block (the flag "
+                 "alone) keeps only each block's input and re-runs the block in backward (about 1/3 more compute, far "
+                 "less activation memory; same results); attention or mlp re-run only that half")
+      ->expected(0, 1)->default_str("block");  // the value the flag alone takes
+  app.add_option("--fused-head", fused_head, "Kiln's chunked LM head + cross entropy (never the whole (B, T, V) "
+                 "logits): auto (on the CPU; off on CUDA until measured there), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
+}
+
 models::GPTRecompute parse_recompute_flag(const std::string& value) {
   return value.empty() ? models::GPTRecompute::block : models::parse_gpt_recompute(value);
 }

@@ -22,6 +22,10 @@ void add_model_flags(CLI::App& app, ModelFlags& flags, const std::string& model_
 // `config` with the overrides applied, validated.
 models::GPTConfig apply_overrides(const ModelFlags& flags, models::GPTConfig config);
 
+// --recompute [MODE] (none by default, the flag alone is block) and --fused-head auto|on|off, into
+// `recompute` and `fused_head`; `where` ends the --recompute help (e.g. " on both sides").
+void add_memory_flags(CLI::App& app, std::string& recompute, std::string& fused_head, const std::string& where = "");
+
 // --recompute [MODE]: "" (the flag alone) is block; else models::parse_gpt_recompute.
 models::GPTRecompute parse_recompute_flag(const std::string& value);
 // --fused-head auto|on|off.
