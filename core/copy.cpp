@@ -75,7 +75,7 @@ Tensor& Tensor::fill_(double value) {
     return *this;
   }
   dispatch_all(dtype(), "fill_", [&]<class T>() {
-    const acc_t<T> v = static_cast<acc_t<T>>(value);
+    const acc_t<T> v = formulas::convert<acc_t<T>>(value);  // Note [Conversion to u8]
     cpu::map_kernel<T>(*this, {}, [v]() { return v; });
   });
   return *this;

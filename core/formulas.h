@@ -13,6 +13,18 @@
 
 namespace kiln::formulas {
 
+// Note [Conversion to u8]
+// A value converted to another dtype: static_cast, except that a floating value goes to uint8_t
+// through int64, as torch converts (c10::static_cast_with_inter_type): -2.0 becomes 254, where a
+// direct cast is undefined behaviour (and the GPU would saturate it to 0).
+template <class To, class From>
+KILN_HOST_DEVICE inline To convert(From x) {
+  if constexpr (std::is_same_v<To, unsigned char> && std::is_floating_point_v<From>)
+    return static_cast<To>(static_cast<long long>(x));
+  else
+    return static_cast<To>(x);
+}
+
 // GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). In float,
 // 1 + tanh(u) = 2 / (1 + exp(-2u)), which the CPU vectorizes and which stays exact in the tails.
 template <class Math, class T>

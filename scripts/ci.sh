@@ -11,6 +11,8 @@ bash "$root/scripts/test.sh"
 stage "test.sh"
 bash "$root/scripts/sanitize.sh" asan
 stage "ASan+UBSan suite"
+# sanitize.sh asan built the harnesses too when clang++-16 is installed (setup-deps.sh installs it).
+grep -qs '^KILN_FUZZ:BOOL=ON' "$root/build-asan/CMakeCache.txt" && export KILN_FUZZ_BUILD_DIR=${KILN_FUZZ_BUILD_DIR:-$root/build-asan}
 KILN_FUZZ_PARALLEL=${KILN_FUZZ_PARALLEL:-$(nproc)} bash "$root/scripts/fuzz.sh" "${KILN_CI_FUZZ_SECONDS:-60}"
 stage "fuzzers"
 if [ "${KILN_CI_TSAN:-0}" = 1 ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (fuzz/; clang, ASan + UBSan + coverage, libraries only, in
-# build-fuzz/) and runs each for SECONDS (default 60) over its committed seed corpus (README, "Sanitizers and fuzzers").
+# build-fuzz/, or in KILN_FUZZ_BUILD_DIR: CI points it at scripts/sanitize.sh asan's tree, which
+# already holds them) and runs each for SECONDS (default 60) over its committed seed corpus (README, "Sanitizers and fuzzers").
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]     e.g. scripts/fuzz.sh 600 safetensors checkpoint
 # New inputs a run finds go to build-fuzz/fuzz/corpus/<name>/ (the committed corpus is only read);
 # a crash, sanitizer report, leak, timeout or over-limit allocation stops that harness and leaves
@@ -15,14 +16,20 @@ all=(token_shard safetensors checkpoint cifar10 store_protocol gpt_config tokeni
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 build=${KILN_FUZZ_BUILD_DIR:-$root/build-fuzz}
-cxx=${KILN_FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
+cxx=${KILN_FUZZ_CXX:-$(command -v clang++-16 || command -v clang++ || command -v clang++-14 || true)}
 [ -n "$cxx" ] || { echo "fuzz.sh: clang++ not found (scripts/setup-deps.sh installs clang)" >&2; exit 1; }
 targets=()
 for n in "${names[@]}"; do targets+=("fuzz_$n"); done
 start=$(date +%s)
-cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DCMAKE_CXX_COMPILER="$cxx" -DKILN_FUZZ=ON \
-  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_APPS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" >/dev/null || exit 1
+# A tree already configured with KILN_FUZZ=ON (scripts/sanitize.sh asan's, with clang++-16) is
+# reused as it is: its harnesses are built, or built here.
+if grep -qs '^KILN_FUZZ:BOOL=ON' "$build/CMakeCache.txt"; then
+  echo "fuzz.sh: reusing $build (configured with KILN_FUZZ=ON)"
+else
+  cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DCMAKE_CXX_COMPILER="$cxx" -DKILN_FUZZ=ON \
+    -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_APPS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" >/dev/null || exit 1
+fi
 cmake --build "$build" -j "${KILN_JOBS:-$(nproc)}" --target "${targets[@]}" || exit 1
 echo "fuzz.sh: harnesses built in $(( $(date +%s) - start )) s"
 

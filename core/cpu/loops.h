@@ -97,7 +97,7 @@ inline void map_row(const std::array<char*, sizeof...(In) + 1>& p,
   bool contiguous = s[0] == sizeof(Out) && ((s[K + 1] == sizeof(In)) && ...);
   if (contiguous) {
     std::tuple<const In*...> in{reinterpret_cast<const In*>(p[K + 1])...};
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<acc_t<In>>(std::get<K>(in)[i])...));
+    for (int64_t i = 0; i < n; ++i) o[i] = formulas::convert<Out>(op(static_cast<acc_t<In>>(std::get<K>(in)[i])...));
     return;
   }
   if constexpr (sizeof...(In) == 2) {
@@ -107,19 +107,19 @@ inline void map_row(const std::array<char*, sizeof...(In) + 1>& p,
     if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == 0) {
       const A* a = reinterpret_cast<const A*>(p[1]);
       const acc_t<B> b = static_cast<acc_t<B>>(*reinterpret_cast<const B*>(p[2]));
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<acc_t<A>>(a[i]), b));
+      for (int64_t i = 0; i < n; ++i) o[i] = formulas::convert<Out>(op(static_cast<acc_t<A>>(a[i]), b));
       return;
     }
     if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(B)) {
       const acc_t<A> a = static_cast<acc_t<A>>(*reinterpret_cast<const A*>(p[1]));
       const B* b = reinterpret_cast<const B*>(p[2]);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(a, static_cast<acc_t<B>>(b[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = formulas::convert<Out>(op(a, static_cast<acc_t<B>>(b[i])));
       return;
     }
   }
   for (int64_t i = 0; i < n; ++i)
     *reinterpret_cast<Out*>(p[0] + i * s[0]) =
-        static_cast<Out>(op(static_cast<acc_t<In>>(*reinterpret_cast<const In*>(p[K + 1] + i * s[K + 1]))...));
+        formulas::convert<Out>(op(static_cast<acc_t<In>>(*reinterpret_cast<const In*>(p[K + 1] + i * s[K + 1]))...));
 }
 
 // out[i] = op(in[i]...) for typed operands. Out, In... are the storage types; `op` takes and

@@ -126,6 +126,10 @@ TEST_CASE("dtype conversions: bf16/f16 round to nearest even, NaN and inf surviv
   Tensor f = from_vector(std::vector<float>{-2.7f, 0.f, 3.9f}, {3});
   CHECK(values(f.to(DType::i64)) == std::vector<double>{-2, 0, 3});
   CHECK(values(f.to(DType::b8)) == std::vector<double>{1, 0, 1});
+  // Floating to u8 goes through int64, as torch converts: -2.7 -> -2 -> 254 (Note [Conversion to u8]).
+  CHECK(values(f.to(DType::u8)) == std::vector<double>{254, 0, 3});
+  CHECK(values(from_vector(std::vector<double>{-1.5, 255.9, 256.0}, {3}).to(DType::u8)) ==
+        std::vector<double>{255, 255, 0});
 }
 
 TEST_CASE("factories and reproducible random numbers") {

@@ -13,6 +13,7 @@
 #include <kiln/core/cuda/runtime/check.cuh>
 #include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/dispatch.h>
+#include <kiln/core/formulas.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::cuda {
@@ -62,7 +63,7 @@ __device__ __forceinline__ T store_as(V v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
   else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
   else if constexpr (std::is_same_v<V, __nv_bfloat16> || std::is_same_v<V, __half>) return static_cast<T>(load_acc(v));
-  else return static_cast<T>(v);
+  else return formulas::convert<T>(v);  // Note [Conversion to u8]
 }
 
 template <class T>

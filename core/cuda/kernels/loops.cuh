@@ -150,7 +150,7 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, sizeof...(In)
 // rounding 16-bit floats and truncating integers) and loaded back as the compute type.
 template <class T>
 dacc_t<device_t<T>> scalar_as(double value) {
-  const T stored = static_cast<T>(static_cast<acc_t<T>>(value));
+  const T stored = static_cast<T>(formulas::convert<acc_t<T>>(value));  // Note [Conversion to u8]
   return static_cast<dacc_t<device_t<T>>>(static_cast<acc_t<T>>(stored));
 }
 
