@@ -27,6 +27,9 @@ std::string build_info();
 int current_device();
 void set_device(int device);
 void synchronize(int device = -1);  // blocks until the whole device (-1: the current one) is idle
+// Whether this thread is capturing a CUDA graph now (torch.cuda.is_current_stream_capturing; Note
+// [CUDA graphs] in core/cuda/runtime/graph.h); always false without CUDA.
+bool is_capturing();
 
 // ---- math switches, read at each call; defaults are torch's ----
 // TF32 for f32 matrix products (torch.backends.cuda.matmul.allow_tf32, default false): inputs

@@ -43,6 +43,7 @@ struct Args {
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
   bool resume = false;
+  bool cuda_graph = false;
   std::string recompute = "none", fused_head = "auto";
   apps::ParallelFlags parallel;
   uint64_t seed = 1337;
@@ -95,6 +96,9 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
                "schedule, RNG, data cursor), if there is one");
   apps::add_memory_flags(app, a.recompute, a.fused_head);
+  app.add_flag("--cuda-graph", a.cuda_graph, "capture the whole training step as one CUDA graph after 3 eager steps "
+               "and replay it (--device cuda, one process, no sharding; the batch goes through static buffers). "
+               "Off by default: not yet run on a GPU");
   apps::add_parallel_flags(app, a.parallel, "each transformer block");
   app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
   app.add_option("--device", a.device, "cpu or cuda (under a launcher each rank takes cuda:LOCAL_RANK)")
@@ -160,7 +164,8 @@ int run(Args a) {
           .grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
           .log_every(0)  // train_gpt asks for the loss itself (sync_loss)
           .checkpoint_cursor([&] { return train_loader.cursor(); })
-          .fsdp(dist::FSDPOptions().wrap({"GPTBlock"}));  // --sharding full's units
+          .fsdp(dist::FSDPOptions().wrap({"GPTBlock"}))  // --sharding full's units
+          .cuda_graph(a.cuda_graph);
   if (!a.checkpoint_dir.empty())
     topts.checkpoint_dir(a.checkpoint_dir).checkpoint_every(static_cast<int>(a.checkpoint_every));
   dist::Trainer trainer(model, optimizer, job.group, topts,
@@ -209,16 +214,33 @@ int run(Args a) {
   // on the device (LogWindow).
   apps::LogWindow window;
   apps::StepProfiler profiler(a.profile, job.group, device);
+  std::vector<Tensor> static_x, static_y;  // --cuda-graph: one (B, T) pair per micro-step
   while (trainer.global_step() < end_step) {
     const int64_t step = trainer.global_step();
     const bool log = step == first_step || (step + 1) % a.log_every == 0 || step + 1 == end_step;
     profiler.begin_step(step);
-    dist::StepStats s = trainer.step(
-        [&](int) {
-          data::TokenBatch b = train_loader.next();
-          return model->loss(b.x.to(device, /*non_blocking=*/true), b.y.to(device, /*non_blocking=*/true));
-        },
-        dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
+    dist::StepStats s;
+    if (a.cuda_graph) {
+      // Note [Whole-step CUDA graph]: the captured step reads the same buffers every step.
+      for (int i = 0; i < accum; ++i) {
+        data::TokenBatch b = train_loader.next();
+        if (static_x.size() < size_t(accum)) {
+          static_x.push_back(empty(b.x.shape(), b.x.dtype(), device));
+          static_y.push_back(empty(b.y.shape(), b.y.dtype(), device));
+        }
+        static_x[i].copy_(b.x, /*non_blocking=*/true);
+        static_y[i].copy_(b.y, /*non_blocking=*/true);
+      }
+      s = trainer.step([&](int i) { return model->loss(static_x[i], static_y[i]); },
+                       dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
+    } else {
+      s = trainer.step(
+          [&](int) {
+            data::TokenBatch b = train_loader.next();
+            return model->loss(b.x.to(device, /*non_blocking=*/true), b.y.to(device, /*non_blocking=*/true));
+          },
+          dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
+    }
     profiler.end_step(step);
     window.add(s);
     if (s.logged) {

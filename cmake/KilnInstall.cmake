@@ -19,6 +19,7 @@ foreach(dir core autograd nn optim parallel data models)
           FILES_MATCHING PATTERN "*.h"
           PATTERN "tcp_store_detail.h" EXCLUDE
           PATTERN "tcp_store_server_core.h" EXCLUDE
+          PATTERN "trainer_graph.h" EXCLUDE      # the Trainer's CUDA-graph state, internal to parallel/
           PATTERN "core/cuda" EXCLUDE
           PATTERN "core/cpu" EXCLUDE
           PATTERN "core/kernels" EXCLUDE

@@ -117,9 +117,9 @@ struct AdamWRule {
     return false;
   }
 
-  static void launch(const AdamWOptions& o, const CudaTensors& batch, const Tensor& found_inf) {
+  static void launch(const AdamWOptions& o, const CudaTensors& batch, const Tensor& found_inf, const Tensor& lr_device) {
     cuda::adamw_step(batch, {o.lr(), o.betas().first, o.betas().second, o.eps(), o.weight_decay(), o.amsgrad()},
-                     found_inf);
+                     found_inf, lr_device);
   }
 };
 

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <kiln/autograd/grad_mode.h>
+#include <kiln/core/factory.h>
 #include <kiln/core/profiler/profiler.h>
 #include <kiln/cuda.h>
 #include <kiln/optim/optimizer.h>
@@ -40,7 +42,10 @@ enum class HyperRange {
 //                                optimizer's buffers; `maybe_updated` says whether it had a step
 //                                count, on the host or on a device, before this step. Returns true
 //                                when undo_skipped(state) must run should the device skip the step.
-//   launch(o, batch, found_inf)  the fused kernel over one batch; only a CUDA build calls it
+//   launch(o, batch, found_inf, lr_device)
+//                                the fused kernel over one batch; only a CUDA build calls it;
+//                                lr_device: undefined, or the lr to read on the device (Note
+//                                [Learning rate on the device], optimizer.h)
 //   undo_skipped(state)          optional (an optimizer whose add_to_batch never returns true)
 // `o` is the group's options; `group` and `index` are for messages.
 
@@ -100,6 +105,7 @@ class GroupedOptimizer : public Optimizer {
   void step() override { step(Tensor()); }
   // CUDA parameters: one fused launch per group, device and dtype (Note [Optimizer step]).
   void step(const Tensor& found_inf) override;
+  void refresh_device_lr() override;  // Note [Learning rate on the device]
 
  protected:
   HyperParams hyper_params(size_t group) const final;
@@ -111,6 +117,7 @@ class GroupedOptimizer : public Optimizer {
   static HyperParams to_hyper_params(const Options& options);
 
   std::vector<Options> options_;  // parallel to the parameter groups
+  std::map<std::pair<size_t, int>, Tensor> device_lr_;  // (group, CUDA device) -> 0-dim f64 lr
 };
 
 // ---- definitions, instantiated by each optimizer's .cpp (where its Rule is complete) ----
@@ -183,6 +190,20 @@ void GroupedOptimizer<Options, Rule>::check_hyper_params(const HyperParams& hp) 
 }
 
 template <class Options, class Rule>
+void GroupedOptimizer<Options, Rule>::refresh_device_lr() {
+  KILN_CHECK(!cuda::is_capturing(), name(), "::refresh_device_lr: called while capturing a CUDA graph; call it "
+             "before the capture and before each replay");
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_param_groups(); ++g)
+    for (const Tensor& p : params(g)) {
+      if (!p.device().is_cuda()) continue;
+      Tensor& lr = device_lr_[{g, p.device().index}];
+      if (!lr.defined()) lr = empty(Shape{}, DType::f64, p.device());
+      lr.fill_(options(g).lr());
+    }
+}
+
+template <class Options, class Rule>
 void GroupedOptimizer<Options, Rule>::step(const Tensor& found_inf) {
   using CudaTensors = typename Rule::CudaTensors;
   profiler::Range range(profiler::Category::optimizer, [&] { return name() + ".step"; });
@@ -217,7 +238,14 @@ void GroupedOptimizer<Options, Rule>::step(const Tensor& found_inf) {
       if constexpr (cuda::kBuilt) {
         // A device span, so a profile attributes the fused kernels' time (Note [Device spans]).
         profiler::DeviceRange span("fused_optimizer_step", profiler::Category::optimizer, b.device.index);
-        Rule::launch(o, b.tensors, found_inf_on(found_inf, b.device));
+        Tensor lr_device;  // Note [Learning rate on the device]
+        if (cuda::is_capturing()) {
+          auto it = device_lr_.find({g, b.device.index});
+          KILN_CHECK(it != device_lr_.end(), name(), "::step: capturing a CUDA graph, but group ", g,
+                     " has no learning rate on ", b.device, "; call refresh_device_lr() before the capture");
+          lr_device = it->second;
+        }
+        Rule::launch(o, b.tensors, found_inf_on(found_inf, b.device), lr_device);
       }
       for (auto& [p, work] : b.write_back) p.copy_(work);
     }

@@ -75,6 +75,17 @@ class Optimizer {
   // optimizers that do not override this, read it once on the host.
   virtual void step(const Tensor& found_inf);
 
+  // Note [Learning rate on the device]
+  // A CUDA graph bakes a kernel's arguments in when it is captured, but a schedule changes lr every
+  // step. So while this thread captures (cuda::is_capturing()), SGD and AdamW hand their CUDA kernels
+  // a device copy of each group's lr (0-dim f64 per group and device) that the kernels read when
+  // they run, and refresh_device_lr() writes the groups' current lr into those copies (a fill
+  // queued on the current stream, so before a replay queued after it). It must run once before the
+  // capture (it creates the copies; creating one inside a capture would bake its value in) and
+  // before every replay. Outside a capture the kernels take lr as an argument, as always. The
+  // Trainer does both (TrainerOptions::cuda_graph). No-op for an optimizer without CUDA kernels.
+  virtual void refresh_device_lr() {}
+
   // Clears every parameter's .grad (set_to_none, the torch 2.x default) or zeroes it in place.
   void zero_grad(bool set_to_none = true);
 

@@ -87,8 +87,9 @@ struct SGDRule {
     return fresh && maybe_updated;
   }
 
-  static void launch(const SGDOptions& o, const CudaTensors& batch, const Tensor& found_inf) {
-    cuda::sgd_step(batch, {o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov()}, found_inf);
+  static void launch(const SGDOptions& o, const CudaTensors& batch, const Tensor& found_inf, const Tensor& lr_device) {
+    cuda::sgd_step(batch, {o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov()}, found_inf,
+                   lr_device);
   }
 
   static void undo_skipped(ParamState& st) { st.buffers.erase("momentum_buffer"); }

@@ -22,6 +22,7 @@
 #include <kiln/optim/checkpoint.h>
 #include <kiln/optim/clip.h>
 #include <kiln/parallel/sharded_checkpoint.h>
+#include <kiln/parallel/trainer_graph.h>
 
 namespace kiln::dist {
 
@@ -115,6 +116,8 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
              "Trainer: checkpoint_every is ", options_.checkpoint_every_, " but checkpoint_dir is empty");
   KILN_CHECK(options_.keep_last_checkpoints_ >= 0, "Trainer: keep_last_checkpoints must be >= 0, got ",
              options_.keep_last_checkpoints_);
+  KILN_CHECK(options_.cuda_graph_warmup_ >= 1, "Trainer: cuda_graph_warmup must be >= 1 (the eager steps before "
+             "the capture create the optimizer's state and warm the caches), got ", options_.cuda_graph_warmup_);
   if (group_) {
     rank_ = group_->rank();
     world_ = group_->size();
@@ -127,20 +130,43 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optim
     sharded_reducer_ = ShardedReducer::create(sharded_, model_);
   else if (world_ > 1)
     ddp_ = std::make_unique<DistributedDataParallel>(model_, group_, options_.ddp_);
+  if (options_.cuda_graph_) check_graph_supported();
 }
 
 StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss, StepOptions options) {
   profiler::Range range("step", profiler::Category::step, {"step", global_step_});
   const auto start = std::chrono::steady_clock::now();
-  const int k = options_.grad_accum_steps_;
-  const bool autocast = options_.amp_ != DType::f32;
-  const bool f16 = options_.amp_ == DType::f16;
   KILN_CHECK(!joining_ || !options.sync_loss_, "Trainer::step: StepOptions::sync_loss is not supported inside "
              "join() (a rank that ran out of batches could not tell the step logs); use log_every");
   StepStats stats;
   stats.step = global_step_;
   stats.lr = optimizer_->lr(0);
 
+  const DeviceStep device_step = options_.cuda_graph_ ? graph_device_step(micro_loss) : run_device_step(micro_loss);
+  stats.local_loss = device_step.loss;
+  stats.grad_norm_tensor = device_step.grad_norm;
+  stats.found_inf = device_step.found_inf;
+  scheduler_.step();
+  ++global_step_;
+
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  stats.logged = options.sync_loss_ || log_step(stats.step);
+  stats.loss = stats.logged ? average_across_ranks(stats.local_loss) : nan;
+  stats.grad_norm = stats.logged && stats.grad_norm_tensor.defined() ? stats.grad_norm_tensor.item() : nan;
+  stats.skipped = stats.logged && stats.found_inf.defined() && stats.found_inf.item() != 0.0;
+  if (stats.logged && ddp_) ddp_->check_collective_order();  // Note [Deferred order check] (order_check.cpp)
+  if (stats.logged) check_graph_faults();
+  stats.items = options.items_ * world_;
+  checkpoint_if_due();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+Trainer::DeviceStep Trainer::run_device_step(const std::function<Tensor(int micro_step)>& micro_loss) {
+  const int k = options_.grad_accum_steps_;
+  const bool autocast = options_.amp_ != DType::f32;
+  const bool f16 = options_.amp_ == DType::f16;
+  DeviceStep out;
   Tensor loss_sum;  // f64, detached: this rank's sum of micro-step losses
   for (int i = 0; i < k; ++i) {
     // Note [When gradients are final] (reducer.h): only the last micro-step's backward reduces.
@@ -181,37 +207,23 @@ StepStats Trainer::step(const std::function<Tensor(int micro_step)>& micro_loss,
     scaler_.set_found_inf(any_rank_found_inf(scaler_.found_inf_tensor()));
   }
   if (options_.clip_grad_norm_ > 0 && sharded_)
-    stats.grad_norm_tensor = sharded_->clip_grad_norm(options_.clip_grad_norm_);  // global norm across shards
+    out.grad_norm = sharded_->clip_grad_norm(options_.clip_grad_norm_);  // global norm across shards
   else if (options_.clip_grad_norm_ > 0)
-    stats.grad_norm_tensor = optim::clip_grad_norm_tensor(optimizer_params(*optimizer_), options_.clip_grad_norm_);
+    out.grad_norm = optim::clip_grad_norm_tensor(optimizer_params(*optimizer_), options_.clip_grad_norm_);
   if (f16) {
-    stats.found_inf = scaler_.step_async(*optimizer_);
+    out.found_inf = scaler_.step_async(*optimizer_);
     scaler_.update();
   } else {
     optimizer_->step();
   }
-  scheduler_.step();
   // With gradient_as_bucket_view .grad is its bucket slice: zero it in place so the next backward
   // accumulates straight into the bucket (setting it to none would cost a copy per parameter per
   // step to put the view back; Note [Bucket views]).
   const bool views = ddp_ && ddp_->options().gradient_as_bucket_view_;
   optimizer_->zero_grad(/*set_to_none=*/!views);
-  ++global_step_;
-
-  {
-    NoGradGuard no_grad;
-    stats.local_loss = k == 1 ? loss_sum : loss_sum * (1.0 / k);
-  }
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  stats.logged = options.sync_loss_ || log_step(stats.step);
-  stats.loss = stats.logged ? average_across_ranks(stats.local_loss) : nan;
-  stats.grad_norm = stats.logged && stats.grad_norm_tensor.defined() ? stats.grad_norm_tensor.item() : nan;
-  stats.skipped = stats.logged && stats.found_inf.defined() && stats.found_inf.item() != 0.0;
-  if (stats.logged && ddp_) ddp_->check_collective_order();  // Note [Deferred order check] (order_check.cpp)
-  stats.items = options.items_ * world_;
-  checkpoint_if_due();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return stats;
+  NoGradGuard no_grad;
+  out.loss = k == 1 ? loss_sum : loss_sum * (1.0 / k);
+  return out;
 }
 
 bool Trainer::any_rank(bool local) {
@@ -343,6 +355,7 @@ std::optional<std::string> Trainer::load_checkpoint(const std::string& path) {
   if (path.empty()) return std::nullopt;
   std::error_code ec;
   KILN_CHECK(fs::is_regular_file(path, ec), "Trainer::load_checkpoint: no checkpoint file at ", path);
+  reset_graph();  // the loaded optimizer state lives in new tensors: capture again
   // FSDP: the full parameters are gathered to load into, then each rank keeps its chunks.
   if (fsdp_) fsdp_->gather_full_params();  // collective
   optim::TrainingProgress progress;

@@ -47,6 +47,15 @@ struct TrainerOptions {
   KILN_ARG(Sharding, sharding) = Sharding::none;
   KILN_ARG(bool, sharded_checkpoints) = false;
   KILN_ARG(FSDPOptions, fsdp);
+  // Note [Whole-step CUDA graph] (trainer_graph.cpp): after cuda_graph_warmup eager steps, the
+  // device work of a whole step (every micro-step's forward and backward, unscale, clipping, the
+  // optimizer, the scale update, zero_grad) is captured once as a CUDA graph and replayed by every
+  // later step: one launch instead of hundreds. Single process on one CUDA device, no sharding;
+  // micro_loss must read its inputs from tensors that stay the same (copy each step's batch into
+  // them before step(): the Trainer calls micro_loss only in the warm-up and the capture), and the
+  // StepStats tensors are the graph's outputs, overwritten by the next step. Off by default.
+  KILN_ARG(bool, cuda_graph) = false;
+  KILN_ARG(int, cuda_graph_warmup) = 3;  // eager steps before the capture (>= 1: lazy state, caches)
 
   TrainerOptions& checkpoint_dir(std::string v) { checkpoint_dir_ = std::move(v); return *this; }
   TrainerOptions& checkpoint_cursor(std::function<std::string()> v) { checkpoint_cursor_ = std::move(v); return *this; }
@@ -108,6 +117,7 @@ class Trainer {
   Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer,
           std::shared_ptr<ProcessGroup> group, TrainerOptions options = {},
           optim::LRLambda schedule = optim::constant_schedule());
+  ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -153,6 +163,10 @@ class Trainer {
     register_comm_hook(with_state(std::move(state), hook));
   }
 
+  // With cuda_graph: whether the step is captured, and how many steps replayed it.
+  bool graph_captured() const;
+  int64_t graph_replays() const;
+
   bool is_main() const { return rank_ == 0; }
   int rank() const { return rank_; }
   int world_size() const { return world_; }
@@ -169,6 +183,19 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
 
  private:
+  // What a step's device work leaves for the host side: this rank's mean loss (0-dim f64), the
+  // norm before clipping (undefined without clipping), f16's skip flag (undefined without f16).
+  struct DeviceStep {
+    Tensor loss, grad_norm, found_inf;
+  };
+  DeviceStep run_device_step(const std::function<Tensor(int micro_step)>& micro_loss);
+  DeviceStep graph_device_step(const std::function<Tensor(int micro_step)>& micro_loss);  // trainer_graph.cpp
+  void check_graph_supported() const;
+  void reset_graph();  // after load_checkpoint: the optimizer's buffers are new tensors
+  void check_graph_faults();  // log steps: the captured ops' device checks (Note [Deferred device checks])
+  struct GraphState;
+  std::unique_ptr<GraphState> graph_;
+
   bool any_rank(bool local);                          // OR over ranks (collective, host values)
   Tensor any_rank_found_inf(const Tensor& local);     // MAX over ranks of a flag, on its device (collective)
   double average_across_ranks(const Tensor& local);  // 0-dim f64 -> mean over ranks (collective)

@@ -6,6 +6,8 @@
 
 #include <kiln/core/cuda/runtime/caching_allocator.h>
 
+#include "fake_device_memory.h"
+
 #include <map>
 #include <random>
 #include <thread>
@@ -16,74 +18,9 @@ using cuda::Stream;
 
 namespace {
 
-constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
-
-// Addresses from a bump pointer (segments 64 KiB apart, so none touch), a capacity that
-// raw_malloc fails past, and events that are done only when the test says so.
-class FakeDevice final : public cuda::DeviceMemory {
- public:
-  explicit FakeDevice(size_t capacity = size_t(1) << 40) : capacity_(capacity) {}
-
-  void* raw_malloc(size_t n) override {
-    ++malloc_calls;
-    if (used_ + n > capacity_) return nullptr;
-    uintptr_t a = next_;
-    next_ += n + 64 * kKiB;
-    segments_[a] = n;
-    used_ += n;
-    return reinterpret_cast<void*>(a);
-  }
-  void raw_free(void* p) override {
-    auto it = segments_.find(reinterpret_cast<uintptr_t>(p));
-    REQUIRE_MESSAGE(it != segments_.end(), "raw_free of an address that is not a segment");
-    used_ -= it->second;
-    segments_.erase(it);
-    ++free_calls;
-  }
-  void* record_event(Stream s) override {
-    if (fail_events) throw Error("fake cudaEventRecord failure");
-    events_.push_back({s, false, false});
-    return reinterpret_cast<void*>(events_.size());  // id = index + 1
-  }
-  bool event_done(void* e) override { return event(e).done; }
-  void synchronize_event(void* e) override {
-    event(e).done = true;
-    ++synchronized;
-  }
-  void destroy_event(void* e) noexcept override { event(e).destroyed = true; }
-  void memory_info(size_t& free_bytes, size_t& total_bytes) override {
-    total_bytes = capacity_;
-    free_bytes = capacity_ - used_;
-  }
-
-  void complete_events() {
-    for (auto& e : events_) e.done = true;
-  }
-  size_t events_recorded() const { return events_.size(); }
-  Stream event_stream(size_t i) const { return events_.at(i).stream; }
-  bool all_events_destroyed() const {
-    for (auto& e : events_)
-      if (!e.destroyed) return false;
-    return true;
-  }
-  size_t used() const { return used_; }
-  size_t segments() const { return segments_.size(); }
-
-  int malloc_calls = 0, free_calls = 0, synchronized = 0;
-  bool fail_events = false;  // record_event throws, as a failed cudaEventRecord does
-
- private:
-  struct Event {
-    Stream stream;
-    bool done, destroyed;
-  };
-  Event& event(void* e) { return events_.at(reinterpret_cast<size_t>(e) - 1); }
-
-  size_t capacity_, used_ = 0;
-  uintptr_t next_ = 0x10000000;
-  std::map<uintptr_t, size_t> segments_;
-  std::vector<Event> events_;
-};
+using test::FakeDevice;
+using test::kKiB;
+using test::kMiB;
 
 const Stream kA(reinterpret_cast<void*>(0x100), 0), kB(reinterpret_cast<void*>(0x200), 0);
 

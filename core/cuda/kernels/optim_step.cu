@@ -109,11 +109,19 @@ template <class T, bool kAmsgrad>
 struct AdamWOp {
   math::AdamWCoeffs<T> c;
   double lr, beta1, beta2;  // for the bias corrections
+  double eps, weight_decay;  // to recompute c from lr_device
   const float* found_inf;   // null: never skipped
+  const double* lr_device;  // null: lr; else the learning rate, read now (Note [Learning rate on the device])
 
   template <class Table>
   __device__ void operator()(const Table& tab, ChunkRange r) const {
     if (found_inf && *found_inf != 0.f) return;
+    double lr = this->lr;
+    math::AdamWCoeffs<T> c = this->c;
+    if (lr_device) {
+      lr = *lr_device;
+      c = math::adamw_coeffs<T>(lr, beta1, beta2, eps, weight_decay);
+    }
     T* p = static_cast<T*>(tab.ptr[0][r.t]);
     const T* g = static_cast<const T*>(tab.ptr[1][r.t]);
     T* m = static_cast<T*>(tab.ptr[2][r.t]);
@@ -143,11 +151,12 @@ struct AdamWOp {
 };
 
 template <class T, bool kAmsgrad>
-void launch_adamw(const AdamWTensors& t, const AdamWHyper& h, const float* found_inf, cudaStream_t stream) {
+void launch_adamw(const AdamWTensors& t, const AdamWHyper& h, const float* found_inf, const double* lr_device,
+                  cudaStream_t stream) {
   // Note [Multi-tensor table] sizes: depth * 8 + 16 bytes per tensor, 5 per block, under 4 KiB.
   using Table = mt::TensorTable<kAmsgrad ? 5 : 4, StepMeta, kAmsgrad ? 36 : 40, 320>;
-  const AdamWOp<T, kAmsgrad> op{math::adamw_coeffs<T>(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay), h.lr, h.beta1,
-                                h.beta2, found_inf};
+  const AdamWOp<T, kAmsgrad> op{math::adamw_coeffs<T>(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay),
+                                h.lr,  h.beta1, h.beta2, h.eps, h.weight_decay, found_inf, lr_device};
   mt::pack_and_flush<Table>(
       static_cast<int64_t>(t.params.size()), [&](int64_t i) { return t.params[i].numel(); },
       [&](Table& tab, int slot, int64_t i) {
@@ -172,11 +181,15 @@ struct SgdMeta {
 template <class T, bool kMomentum>
 struct SgdOp {
   math::SgdCoeffs<T> c;
+  SGDHyper h;               // to recompute c from lr_device
   const float* found_inf;
+  const double* lr_device;  // null: h.lr; else the learning rate, read now (Note [Learning rate on the device])
 
   template <class Table>
   __device__ void operator()(const Table& tab, ChunkRange r) const {
     if (found_inf && *found_inf != 0.f) return;
+    math::SgdCoeffs<T> c = this->c;
+    if (lr_device) c = math::sgd_coeffs<T>(*lr_device, h.momentum, h.dampening, h.weight_decay, h.nesterov);
     T* p = static_cast<T*>(tab.ptr[0][r.t]);
     const T* g = static_cast<const T*>(tab.ptr[1][r.t]);
     T* buf = nullptr;
@@ -204,10 +217,11 @@ struct SgdOp {
 };
 
 template <class T, bool kMomentum>
-void launch_sgd(const SGDTensors& t, const SGDHyper& h, const float* found_inf, cudaStream_t stream) {
+void launch_sgd(const SGDTensors& t, const SGDHyper& h, const float* found_inf, const double* lr_device,
+                cudaStream_t stream) {
   using Table = mt::TensorTable<kMomentum ? 3 : 2, SgdMeta, 40, 320>;
-  const SgdOp<T, kMomentum> op{math::sgd_coeffs<T>(h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov),
-                               found_inf};
+  const SgdOp<T, kMomentum> op{math::sgd_coeffs<T>(h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov), h,
+                               found_inf, lr_device};
   mt::pack_and_flush<Table>(
       static_cast<int64_t>(t.params.size()), [&](int64_t i) { return t.params[i].numel(); },
       [&](Table& tab, int slot, int64_t i) {
@@ -341,7 +355,16 @@ void launch_norm(const std::vector<Tensor>& grads, double p, double max_norm, co
 
 }  // namespace
 
-void adamw_step(const AdamWTensors& t, const AdamWHyper& h, const Tensor& found_inf) {
+// The learning rate's device copy, checked: 0-dim f64 on `device`; null when undefined.
+static const double* lr_ptr(const char* op, const Tensor& lr_device, Device device) {
+  if (!lr_device.defined()) return nullptr;
+  KILN_CHECK(lr_device.numel() == 1 && lr_device.dtype() == DType::f64 && lr_device.device() == device, op,
+             ": the learning rate on the device must be a one-element f64 tensor on ", device, ", got ",
+             lr_device.dtype(), " ", lr_device.shape(), " on ", lr_device.device());
+  return ptr<const double>(lr_device);
+}
+
+void adamw_step(const AdamWTensors& t, const AdamWHyper& h, const Tensor& found_inf, const Tensor& lr_device) {
   const char* op = "AdamW (CUDA)";
   const DType dt = check_params_and_steps(op, t.params, t.steps);
   check_list(op, "grads", t.grads, t.params, dt);
@@ -349,14 +372,15 @@ void adamw_step(const AdamWTensors& t, const AdamWHyper& h, const Tensor& found_
   check_list(op, "exp_avg_sqs", t.exp_avg_sqs, t.params, dt);
   if (h.amsgrad) check_list(op, "max_exp_avg_sqs", t.max_exp_avg_sqs, t.params, dt);
   const float* flag = flag_ptr(op, found_inf, t.params[0].device());
+  const double* lr = lr_ptr(op, lr_device, t.params[0].device());
   cudaStream_t stream = stream_for(t.params[0]);
   advance_steps(t.steps, flag, stream);  // first: the kernels read the new count
   with_param_type(dt, [&]<class T>() {
-    dispatch_bool(h.amsgrad, [&]<bool kAmsgrad>() { launch_adamw<T, kAmsgrad>(t, h, flag, stream); });
+    dispatch_bool(h.amsgrad, [&]<bool kAmsgrad>() { launch_adamw<T, kAmsgrad>(t, h, flag, lr, stream); });
   });
 }
 
-void sgd_step(const SGDTensors& t, const SGDHyper& h, const Tensor& found_inf) {
+void sgd_step(const SGDTensors& t, const SGDHyper& h, const Tensor& found_inf, const Tensor& lr_device) {
   const char* op = "SGD (CUDA)";
   const DType dt = check_params_and_steps(op, t.params, t.steps);
   check_list(op, "grads", t.grads, t.params, dt);
@@ -367,10 +391,11 @@ void sgd_step(const SGDTensors& t, const SGDHyper& h, const Tensor& found_inf) {
                " parameters");
   }
   const float* flag = flag_ptr(op, found_inf, t.params[0].device());
+  const double* lr = lr_ptr(op, lr_device, t.params[0].device());
   cudaStream_t stream = stream_for(t.params[0]);
   advance_steps(t.steps, flag, stream);
   with_param_type(dt, [&]<class T>() {
-    dispatch_bool(momentum, [&]<bool kMomentum>() { launch_sgd<T, kMomentum>(t, h, flag, stream); });
+    dispatch_bool(momentum, [&]<bool kMomentum>() { launch_sgd<T, kMomentum>(t, h, flag, lr, stream); });
   });
 }
 

@@ -28,7 +28,9 @@ struct AdamWHyper {
 // torch.optim.AdamW's update of every tensor. `found_inf`: undefined, or a one-element f32 tensor
 // on the same device; when it is non-zero nothing changes (step counts included). Otherwise each
 // steps[i] is incremented and the bias corrections 1 - beta^t use the new count, in double.
-void adamw_step(const AdamWTensors& t, const AdamWHyper& h, const Tensor& found_inf);
+// `lr_device`: undefined, or a 0-dim f64 on the same device whose value the kernel uses instead
+// of h.lr, read when it runs (Note [Learning rate on the device], optim/grouped_optimizer.h).
+void adamw_step(const AdamWTensors& t, const AdamWHyper& h, const Tensor& found_inf, const Tensor& lr_device = {});
 
 // One SGD launch list, laid out as AdamWTensors. momentum_buffers: one per param when momentum is
 // non-zero (else empty). fresh[i]: the buffer was created for this step and holds nothing yet.
@@ -44,7 +46,7 @@ struct SGDHyper {
 
 // torch.optim.SGD's update of every tensor; `found_inf` and steps as in adamw_step. A momentum
 // buffer starts as d_p itself on its first real update: when fresh[i] or when steps[i] reaches 1.
-void sgd_step(const SGDTensors& t, const SGDHyper& h, const Tensor& found_inf);
+void sgd_step(const SGDTensors& t, const SGDHyper& h, const Tensor& found_inf, const Tensor& lr_device = {});
 
 // The total norm of order `norm_type` (kInfNorm: max |g|) over every gradient as one vector,
 // accumulated in double, and the clip coefficient max_norm / (total + 1e-6): 0-dim f64 tensors on

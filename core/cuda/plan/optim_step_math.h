@@ -20,7 +20,7 @@ struct AdamWCoeffs {
 };
 
 template <class T>
-AdamWCoeffs<T> adamw_coeffs(double lr, double beta1, double beta2, double eps, double weight_decay) {
+KILN_HOST_DEVICE inline AdamWCoeffs<T> adamw_coeffs(double lr, double beta1, double beta2, double eps, double weight_decay) {
   return {T(1.0 - lr * weight_decay), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2), T(eps)};
 }
 
@@ -66,7 +66,7 @@ struct SgdCoeffs {
 };
 
 template <class T>
-SgdCoeffs<T> sgd_coeffs(double lr, double momentum, double dampening, double weight_decay, bool nesterov) {
+KILN_HOST_DEVICE inline SgdCoeffs<T> sgd_coeffs(double lr, double momentum, double dampening, double weight_decay, bool nesterov) {
   return {T(weight_decay), T(momentum), T(1.0 - dampening), T(-lr), weight_decay != 0.0, nesterov};
 }
 

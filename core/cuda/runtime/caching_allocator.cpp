@@ -33,6 +33,7 @@ std::string human_bytes(double n) {
 }  // namespace
 
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
+  if (a->pool != b->pool) return a->pool < b->pool;
   if (stream_key(a->stream) != stream_key(b->stream)) return stream_key(a->stream) < stream_key(b->stream);
   if (a->size != b->size) return a->size < b->size;
   return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
@@ -66,10 +67,11 @@ void* CachingAllocator::allocate(size_t nbytes, Stream stream) {
   std::lock_guard<std::mutex> lock(mu_);
   if (nbytes > (size_t(1) << 62)) throw_out_of_memory(nbytes);  // would overflow the rounding
   const size_t size = round_size(nbytes);
-  process_events();
+  if (captures_underway_ == 0) process_events();  // Note [Graph pools]: no event queries while capturing
   const bool small = size <= kSmallSize;
   Pool& pool = small ? small_ : large_;
-  Block* b = take_free_block(pool, size, stream);
+  const PoolId pool_id = capturing_pool(stream);
+  Block* b = take_free_block(pool, size, stream, pool_id);
   if (b == nullptr) {
     const size_t seg = segment_size(size);
     void* p = memory_.raw_malloc(seg);
@@ -83,11 +85,13 @@ void* CachingAllocator::allocate(size_t nbytes, Stream stream) {
     stats_.reserved_bytes += static_cast<int64_t>(seg);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
     b = new Block(static_cast<char*>(p), seg, stream, small);
+    b->pool = pool_id;
   }
   // b is in no pool now. Split off what the request does not need when the rest is useful.
   const size_t rest = b->size - size;
   if (small ? rest >= kMinBlockSize : rest > kSmallSize) {
     Block* r = new Block(b->ptr + size, rest, stream, small);
+    r->pool = b->pool;
     r->prev = b;
     r->next = b->next;
     if (b->next) b->next->prev = r;
@@ -103,10 +107,11 @@ void* CachingAllocator::allocate(size_t nbytes, Stream stream) {
   return b->ptr;
 }
 
-CachingAllocator::Block* CachingAllocator::take_free_block(Pool& pool, size_t size, Stream stream) {
+CachingAllocator::Block* CachingAllocator::take_free_block(Pool& pool, size_t size, Stream stream, PoolId pool_id) {
   Block key(nullptr, size, stream, false);
+  key.pool = pool_id;
   auto it = pool.lower_bound(&key);
-  if (it == pool.end() || stream_key((*it)->stream) != stream_key(stream)) return nullptr;
+  if (it == pool.end() || (*it)->pool != pool_id || stream_key((*it)->stream) != stream_key(stream)) return nullptr;
   Block* b = *it;
   pool.erase(it);
   return b;
@@ -122,10 +127,27 @@ void CachingAllocator::free(void* ptr) {
   live_.erase(it);
   b->allocated = false;
   stats_.allocated_bytes -= static_cast<int64_t>(b->size);
+  if (captures_underway_ > 0) {  // Note [Graph pools]
+    const PoolId capturing = capturing_pool(b->stream);
+    if (capturing != 0 && (b->pool != capturing || !b->stream_uses.empty())) {
+      ++b->pending_events;  // out of every pool, and never merged, until release_pool
+      pools_.at(capturing).held.push_back(b);
+      return;
+    }
+    if (!b->stream_uses.empty()) {  // another stream's block: its events once the capture is over
+      ++b->pending_events;
+      deferred_frees_.push_back(b);
+      return;
+    }
+  }
   if (b->stream_uses.empty()) {
     return_block(b);
     return;
   }
+  free_with_events(b);
+}
+
+void CachingAllocator::free_with_events(Block* b) {
   // Used on other streams: reusable once the work queued there so far has finished. If an event
   // cannot be recorded the block is never reused (leaked), which is safe: its count is raised
   // first, so it never drops to zero, and a freed neighbour does not merge it (is_free).
@@ -179,11 +201,12 @@ void CachingAllocator::synchronize_and_process_events() {
 }
 
 void CachingAllocator::release_cached_segments() {
-  synchronize_and_process_events();
+  if (captures_underway_ == 0) synchronize_and_process_events();
   for (Pool* pool : {&small_, &large_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
-      if (b->prev != nullptr || b->next != nullptr) {  // part of a segment still in use
+      // Part of a segment still in use, or of a graph's private pool (Note [Graph pools]).
+      if (b->prev != nullptr || b->next != nullptr || b->pool != 0) {
         ++it;
         continue;
       }
@@ -212,6 +235,98 @@ void CachingAllocator::record_stream(void* ptr, Stream stream) {
   for (const Stream& s : b->stream_uses)
     if (s == stream) return;
   b->stream_uses.push_back(stream);
+}
+
+CachingAllocator::PoolId CachingAllocator::capturing_pool(const Stream& stream) const {
+  if (captures_underway_ == 0) return 0;
+  for (const auto& [id, p] : pools_)
+    if (p.capturing && p.stream == stream) return id;
+  return 0;
+}
+
+CachingAllocator::PoolId CachingAllocator::create_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const PoolId id = next_pool_++;
+  pools_.emplace(id, PrivatePool{});
+  return id;
+}
+
+void CachingAllocator::begin_allocate_to_pool(PoolId pool, Stream stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pools_.find(pool);
+  KILN_CHECK(it != pools_.end(), "CUDA caching allocator (", device_name_, "): begin_allocate_to_pool: no private "
+             "pool ", pool, " (create_pool() makes one; a released pool cannot be reused)");
+  KILN_CHECK(!it->second.capturing, "CUDA caching allocator (", device_name_, "): private pool ", pool,
+             " is already capturing");
+  KILN_CHECK(capturing_pool(stream) == 0, "CUDA caching allocator (", device_name_, "): stream ", stream.handle(),
+             " is already allocating into private pool ", capturing_pool(stream), "; one capture per stream");
+  it->second.capturing = true;
+  it->second.stream = stream;
+  ++captures_underway_;
+}
+
+void CachingAllocator::end_allocate_to_pool(PoolId pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pools_.find(pool);
+  KILN_CHECK(it != pools_.end() && it->second.capturing, "CUDA caching allocator (", device_name_,
+             "): end_allocate_to_pool: private pool ", pool, " is not capturing");
+  it->second.capturing = false;
+  if (--captures_underway_ > 0) return;
+  std::vector<Block*> deferred = std::move(deferred_frees_);
+  deferred_frees_.clear();
+  for (Block* b : deferred) {
+    --b->pending_events;
+    free_with_events(b);
+  }
+}
+
+void CachingAllocator::release_pool(PoolId pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pools_.find(pool);
+  KILN_CHECK(it != pools_.end(), "CUDA caching allocator (", device_name_, "): release_pool: no private pool ", pool);
+  KILN_CHECK(!it->second.capturing, "CUDA caching allocator (", device_name_, "): release_pool: private pool ", pool,
+             " is still capturing (end the capture first)");
+  std::vector<Block*> held = std::move(it->second.held);
+  pools_.erase(it);
+  // Every block of the pool's segments moves to the ordinary cache: free ones are re-sorted (their
+  // key changes), live ones return there when freed.
+  for (Pool* set : {&small_, &large_}) {
+    std::vector<Block*> moved;
+    for (auto b = set->begin(); b != set->end();) {
+      if ((*b)->pool != pool) {
+        ++b;
+        continue;
+      }
+      moved.push_back(*b);
+      b = set->erase(b);
+    }
+    for (Block* b : moved) {
+      b->pool = 0;
+      set->insert(b);
+    }
+  }
+  for (auto& [ptr, b] : live_)
+    if (b->pool == pool) b->pool = 0;
+  for (auto& [event, b] : pending_)
+    if (b->pool == pool) b->pool = 0;
+  for (Block* b : deferred_frees_)
+    if (b->pool == pool) b->pool = 0;
+  for (auto& [id, other] : pools_)  // blocks of this pool that another capture holds
+    for (Block* b : other.held)
+      if (b->pool == pool) b->pool = 0;
+  for (Block* b : held) {  // now free for real: the graph that might read them is gone
+    if (b->pool == pool) b->pool = 0;
+    --b->pending_events;
+    if (!b->stream_uses.empty())
+      free_with_events(b);
+    else if (b->pending_events == 0)
+      return_block(b);
+  }
+}
+
+bool CachingAllocator::capture_underway() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return captures_underway_ > 0;
 }
 
 bool CachingAllocator::owns(void* ptr) const {
@@ -248,7 +363,7 @@ std::vector<CachingAllocator::SegmentInfo> CachingAllocator::snapshot() const {
   for (const auto& [event, b] : pending_) add_head(b);
   std::vector<SegmentInfo> out;
   for (const Block* h : heads) {
-    SegmentInfo seg{reinterpret_cast<uintptr_t>(h->ptr), 0, h->small, h->stream.handle(), {}};
+    SegmentInfo seg{reinterpret_cast<uintptr_t>(h->ptr), 0, h->small, h->stream.handle(), h->pool, {}};
     for (const Block* b = h; b; b = b->next) {
       seg.blocks.push_back({static_cast<size_t>(b->ptr - h->ptr), b->size, b->allocated, b->pending_events > 0});
       seg.size += b->size;

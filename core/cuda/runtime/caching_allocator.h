@@ -36,6 +36,20 @@
 //
 // Out of memory: when cudaMalloc fails, every cached segment that is entirely free is released
 // and cudaMalloc is tried once more; a second failure throws OutOfMemoryError.
+//
+// Note [Graph pools]
+// A CUDA graph replays the addresses its capture used, so the memory it touched must stay its own
+// for as long as the graph lives (torch's private memory pools). create_pool() makes a private
+// pool; between begin_allocate_to_pool(pool, stream) and end_allocate_to_pool(pool) every
+// allocation on `stream` comes from that pool's segments (new ones when none fits), and nothing
+// else ever takes them: a block of the pool freed during the capture is reused by later
+// allocations of the same capture (stream order makes that safe on replay too), a block freed
+// after it waits for the next capture into the pool. A block from outside the pool freed on the
+// capturing stream during the capture (an earlier step's tensor the graph may read last) is held
+// by the pool, as is a pool block that other streams used, until release_pool(pool), when the
+// graph is gone: its free segments then join the ordinary cache and its held blocks are freed.
+// While a capture is under way no event is queried or recorded (CUDA forbids both during a
+// capture): pending frees wait for its end. empty_cache() leaves a live pool's segments alone.
 
 namespace kiln::cuda {
 
@@ -83,6 +97,18 @@ class CachingAllocator {
   MemoryStats stats() const;
   void reset_peak_stats();
 
+  // Private pools for CUDA graphs (Note [Graph pools]). Pool 0 is the ordinary cache.
+  using PoolId = uint64_t;
+  PoolId create_pool();
+  // Allocations on `stream` come from `pool` until end_allocate_to_pool(pool). One capture per
+  // pool and per stream at a time.
+  void begin_allocate_to_pool(PoolId pool, Stream stream);
+  void end_allocate_to_pool(PoolId pool);
+  // The pool's graph is gone: its segments join the ordinary cache, its held blocks are freed.
+  // Not while it is capturing.
+  void release_pool(PoolId pool);
+  bool capture_underway() const;
+
   // The segments and their blocks in address order, for tests and debugging.
   struct BlockInfo {
     size_t offset;  // from the segment's start
@@ -95,6 +121,7 @@ class CachingAllocator {
     size_t size;
     bool small;
     void* stream;  // the stream handle the segment serves
+    uint64_t pool;  // 0: the ordinary cache; else the private pool (Note [Graph pools])
     std::vector<BlockInfo> blocks;
   };
   std::vector<SegmentInfo> snapshot() const;
@@ -109,20 +136,21 @@ class CachingAllocator {
     size_t size;
     Stream stream;
     bool small;
+    PoolId pool = 0;  // Note [Graph pools]; every block of a segment has its segment's pool
     bool allocated = false;
     int pending_events = 0;  // events still to complete before the block can be reused
     Block* prev = nullptr;   // neighbours in the same segment
     Block* next = nullptr;
     std::vector<Stream> stream_uses;  // other streams that used the block (record_stream)
   };
-  // Ordered by (stream, size, address): lower_bound finds the best fit on a stream.
+  // Ordered by (pool, stream, size, address): lower_bound finds the best fit on a stream.
   struct BlockLess {
     bool operator()(const Block* a, const Block* b) const;
   };
   using Pool = std::set<Block*, BlockLess>;
 
   Pool& pool_of(const Block* b) { return b->small ? small_ : large_; }
-  Block* take_free_block(Pool& pool, size_t size, Stream stream);
+  Block* take_free_block(Pool& pool, size_t size, Stream stream, PoolId pool_id);
   void return_block(Block* b);
   void process_events();
   void synchronize_and_process_events();
@@ -136,6 +164,17 @@ class CachingAllocator {
   std::unordered_map<void*, Block*> live_;          // handed-out blocks by address
   std::vector<std::pair<void*, Block*>> pending_;    // (event, block) of deferred frees
   MemoryStats stats_;
+  struct PrivatePool {
+    bool capturing = false;
+    Stream stream;             // while capturing
+    std::vector<Block*> held;  // freed, kept for the graph until release_pool
+  };
+  std::unordered_map<PoolId, PrivatePool> pools_;
+  PoolId next_pool_ = 1;
+  int captures_underway_ = 0;
+  std::vector<Block*> deferred_frees_;  // freed with other streams' uses during a capture: events at its end
+  PoolId capturing_pool(const Stream& stream) const;  // 0 when no capture allocates on `stream`
+  void free_with_events(Block* b);
 };
 
 }  // namespace kiln::cuda

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <kiln/core/cuda/runtime/stream.h>
 #include <kiln/core/error.h>
@@ -30,6 +31,11 @@ FaultQueue& queue() {
   return q;
 }
 
+std::vector<CapturedFault>& captured_faults() {  // this thread's, while it captures
+  thread_local std::vector<CapturedFault> faults;
+  return faults;
+}
+
 }  // namespace
 
 CheckMode check_mode() {
@@ -48,6 +54,10 @@ void check_fault_record(const Tensor& record, RaiseFault raise) {
   KILN_ASSERT(record.defined() && record.device().is_cuda() && record.dtype() == DType::i64 && record.numel() == 2 &&
                   record.is_contiguous(),
               "a fault record must be a contiguous (2,) i64 CUDA tensor");
+  if (is_capturing()) {
+    captured_faults().push_back({record, std::move(raise)});
+    return;
+  }
   if (check_mode() == CheckMode::immediate) {
     const std::vector<int64_t> v = record.to_vector<int64_t>();  // the host sync
     if (v[0] >= 0) raise(v[0], v[1], /*late=*/false);
@@ -73,5 +83,18 @@ void check_deferred_faults(bool wait) {
 }
 
 size_t deferred_faults_pending() { return queue().size(); }
+
+std::vector<CapturedFault> take_captured_fault_records() {
+  std::vector<CapturedFault> out = std::move(captured_faults());
+  captured_faults().clear();
+  return out;
+}
+
+void check_captured_fault_records(const std::vector<CapturedFault>& faults) {
+  for (const CapturedFault& f : faults) {
+    const std::vector<int64_t> v = f.record.to_vector<int64_t>();  // the host sync
+    if (v[0] >= 0) f.raise(v[0], v[1], /*late=*/true);
+  }
+}
 
 }  // namespace kiln::cuda

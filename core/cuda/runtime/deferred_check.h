@@ -38,4 +38,17 @@ void check_fault_record(const Tensor& record, RaiseFault raise);
 // Deferred records not looked at yet (tests).
 size_t deferred_faults_pending();
 
+// While this thread captures a CUDA graph (is_capturing()) nothing can be queued (the captured copy
+// and event would not run until a replay, and the replays queue nothing): check_fault_record keeps
+// the record and its `raise` on a per-thread list instead. The graph's owner takes the list after
+// the capture and reads the records after a replay (the Trainer: on log steps, for the step just
+// replayed; Note [Whole-step CUDA graph]).
+struct CapturedFault {
+  Tensor record;
+  RaiseFault raise;
+};
+std::vector<CapturedFault> take_captured_fault_records();
+// Reads every record (a host sync) and raises the first fault, as reported late.
+void check_captured_fault_records(const std::vector<CapturedFault>& faults);
+
 }  // namespace kiln::cuda

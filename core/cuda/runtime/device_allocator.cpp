@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <kiln/core/cuda/runtime/caching_allocator.h>
+#include <kiln/core/cuda/runtime/graph.h>
 #include <kiln/core/cuda/runtime/check.cuh>
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/cuda/runtime/stream.h>
@@ -268,6 +269,15 @@ void empty_cache() {
     if (CachingAllocator* c = device_cache().cache_if_created(d)) c->empty_cache();
   pinned_cache().empty_cache();
 }
+
+uint64_t create_graph_pool(int device) { return device_cache().cache(resolve(device)).create_pool(); }
+void begin_allocate_to_graph_pool(int device, uint64_t pool, Stream stream) {
+  device_cache().cache(resolve(device)).begin_allocate_to_pool(pool, stream);
+}
+void end_allocate_to_graph_pool(int device, uint64_t pool) {
+  device_cache().cache(resolve(device)).end_allocate_to_pool(pool);
+}
+void release_graph_pool(int device, uint64_t pool) { device_cache().cache(resolve(device)).release_pool(pool); }
 
 void record_stream(const Storage& storage, Stream stream) {
   if (storage.data() == nullptr) return;  // an empty storage

@@ -2,6 +2,8 @@
 // call that would touch a device fails saying Kiln was built without CUDA.
 #include <kiln/core/cuda/runtime/stream.h>
 
+#include <kiln/core/cuda/runtime/graph.h>
+
 #include <array>
 #include <atomic>
 #include <mutex>
@@ -19,11 +21,24 @@ namespace kiln::cuda {
 
 namespace {
 std::atomic<int64_t> host_syncs{0};
+thread_local int captures_on_this_thread = 0;  // Note [CUDA graphs] (graph.h)
 }  // namespace
 
 int64_t host_sync_count() { return host_syncs.load(std::memory_order_relaxed); }
 
-void note_host_sync() { host_syncs.fetch_add(1, std::memory_order_relaxed); }
+void note_host_sync() {
+  KILN_CHECK(captures_on_this_thread == 0, "cannot wait for the device (item(), to(cpu), a blocking copy or a "
+             "synchronize) while this thread captures a CUDA graph: the captured work has not run yet. Read the "
+             "value after the graph's replay (the Trainer reads only on log steps, after it)");
+  host_syncs.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool is_capturing() { return captures_on_this_thread > 0; }
+
+namespace detail {
+CaptureScope::CaptureScope() { ++captures_on_this_thread; }
+CaptureScope::~CaptureScope() { --captures_on_this_thread; }
+}  // namespace detail
 
 #if KILN_WITH_CUDA
 

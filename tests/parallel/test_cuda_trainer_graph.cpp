@@ -1,0 +1,102 @@
+// The whole-step CUDA graph on a GPU (Note [Whole-step CUDA graph]): a Trainer that warms up,
+// captures and replays takes the eager Trainer's steps (losses, norms, skips and final weights) under
+// a schedule that changes the learning rate every step, with accumulation and clipping, in f32,
+// bf16 and f16 (GradScaler on the device); replayed steps that are not log steps make no host sync.
+#include "test_util.h"
+
+#include <cmath>
+#include <memory>
+
+#include <kiln/parallel/trainer.h>
+
+#include "parallel/ddp_fixtures.h"
+
+using namespace kiln;
+using namespace kiln::dist;
+using kiln::test::flat_parameters;
+using kiln::test::Net;
+using kiln::test::NetSpec;
+
+namespace {
+
+constexpr int kMicro = 2, kSteps = 9, kWarmup = 2;
+
+struct Run {
+  std::shared_ptr<Net> net;
+  std::unique_ptr<Trainer> trainer;
+  std::vector<Tensor> x, y;  // static inputs, one per micro-step
+  std::vector<std::vector<Tensor>> bx, by;  // every step's batches, uploaded up front (no sync later)
+};
+
+Run make_run(DType amp, bool graph, int log_every) {
+  Run r;
+  r.net = std::make_shared<Net>(7, NetSpec{});
+  r.net->to(Device::cuda());
+  auto opt = std::make_shared<optim::AdamW>(r.net->parameters(), optim::AdamWOptions(2e-2).weight_decay(0.1));
+  r.trainer = std::make_unique<Trainer>(
+      r.net, opt, nullptr,
+      TrainerOptions().amp(amp).grad_accum_steps(kMicro).clip_grad_norm(0.5).log_every(log_every)
+          .cuda_graph(graph).cuda_graph_warmup(kWarmup).grad_scaler(optim::GradScalerOptions().init_scale(1024)),
+      optim::warmup_cosine_schedule(optim::WarmupCosineOptions(3, kSteps).min_factor(0.1)));
+  for (int m = 0; m < kMicro; ++m) {
+    r.x.push_back(empty({4, 6}, DType::f32, Device::cuda()));
+    r.y.push_back(empty({4, 4}, DType::f32, Device::cuda()));
+  }
+  for (int s = 0; s < kSteps; ++s) {
+    r.bx.emplace_back();
+    r.by.emplace_back();
+    for (int m = 0; m < kMicro; ++m) {
+      r.bx[s].push_back(test::random({4, 6}, DType::f32, 1000 + 10 * uint64_t(s) + m).to(Device::cuda()));
+      r.by[s].push_back(test::random({4, 4}, DType::f32, 2000 + 10 * uint64_t(s) + m).to(Device::cuda()));
+    }
+  }
+  return r;
+}
+
+StepStats step(Run& r, int s) {
+  for (int m = 0; m < kMicro; ++m) {  // this step's batch into the static inputs
+    r.x[m].copy_(r.bx[s][m]);
+    r.y[m].copy_(r.by[s][m]);
+  }
+  return r.trainer->step([&](int m) {
+    Tensor loss = mse_loss(r.net->forward(r.x[m]), r.y[m]);
+    return s == 4 && m == 1 ? loss * 1e30 : loss;  // f16: overflows, the step is skipped
+  });
+}
+
+}  // namespace
+
+TEST_CASE("a captured and replayed step is the eager step: losses, norms, skips, weights") {
+  test::require_cuda();
+  for (DType amp : {DType::f32, DType::bf16, DType::f16}) {
+    CAPTURE(amp);
+    Run eager = make_run(amp, false, 1), graphed = make_run(amp, true, 1);
+    for (int s = 0; s < kSteps; ++s) {
+      CAPTURE(s);
+      const StepStats e = step(eager, s), g = step(graphed, s);
+      CHECK(g.lr == e.lr);
+      CHECK(g.loss == doctest::Approx(e.loss).epsilon(1e-6));
+      CHECK(g.grad_norm == doctest::Approx(e.grad_norm).epsilon(1e-6));
+      CHECK(g.skipped == e.skipped);
+      CHECK(graphed.trainer->graph_captured() == (s >= kWarmup));
+    }
+    CHECK(graphed.trainer->graph_replays() == kSteps - kWarmup);
+    if (amp == DType::f16) CHECK(graphed.trainer->grad_scaler().scale_value() == eager.trainer->grad_scaler().scale_value());
+    const auto pe = flat_parameters(*eager.net), pg = flat_parameters(*graphed.net);
+    REQUIRE(pe.size() == pg.size());
+    double worst = 0;
+    for (size_t i = 0; i < pe.size(); ++i) worst = std::max(worst, std::fabs(pe[i] - pg[i]) / (std::fabs(pe[i]) + 0.01));
+    CHECK(worst < 1e-6);
+  }
+}
+
+TEST_CASE("replayed steps that are not log steps never wait for the device") {
+  test::require_cuda();
+  Run r = make_run(DType::bf16, true, 0);
+  for (int s = 0; s < kWarmup + 1; ++s) step(r, s);  // warm-up and the capture
+  REQUIRE(r.trainer->graph_captured());
+  const int64_t syncs = cuda::host_sync_count();
+  for (int s = kWarmup + 1; s < kSteps; ++s) step(r, s);
+  CHECK(cuda::host_sync_count() == syncs);
+  CHECK(r.trainer->graph_replays() == kSteps - kWarmup);
+}
