@@ -57,6 +57,7 @@ struct Args {
   int threads = 0, rounds = 0, warmup = 2, steps = 10;
   int64_t batch = 0, seq = 0;
   bool no_torch = false, ddp_overhead = false, bucket_view = false, profile_overhead = false, estimate_memory = false;
+  bool cuda_graph = false;
   std::string recompute = "none", fused_head = "auto";
   std::vector<std::string> sharding;  // --sharding: modes to time on --world ranks
   int world = 2;
@@ -137,6 +138,8 @@ int run(Args a) {
   // Two gpt-1.3b models with their optimizer states do not fit one 80 GB device beside the activations.
   if (a.ddp_overhead && cuda && a.config.empty()) configs = {apps::named_config("gpt2-124m")};
   KILN_CHECK(!(a.ddp_overhead && a.profile_overhead), "--ddp-overhead and --profile-overhead are separate runs");
+  KILN_CHECK(!a.cuda_graph || (cuda && !a.ddp_overhead && !a.profile_overhead),
+             "--cuda-graph needs --device cuda and runs without --ddp-overhead and --profile-overhead");
   KILN_CHECK(!(a.profile_overhead && !a.profile.file.empty()), "--profile-overhead runs its own sessions: drop --profile");
   std::shared_ptr<dist::ProcessGroup> group;
   if (a.ddp_overhead) group = apps::make_single_rank_group(device);
@@ -189,6 +192,7 @@ int run(Args a) {
     o.gradient_as_bucket_view = a.bucket_view;
     o.recompute = recompute;
     o.fused_head = fused_head;
+    o.cuda_graph = a.cuda_graph;
     if (!a.ddp_overhead && !a.profile_overhead) o.profiler = &step_profiler;
     if (a.profile_overhead) {
       o.steps = a.steps * a.rounds;
@@ -201,7 +205,7 @@ int run(Args a) {
       rows.push_back(apps::BenchRow{bc, b, t, {}});
       continue;
     }
-    apps::BenchRow row{bc, b, t, {apps::Side{"kiln"}}};
+    apps::BenchRow row{bc, b, t, {apps::Side{a.cuda_graph ? "kiln graph" : "kiln"}}};
     if (a.ddp_overhead) row.sides.push_back(apps::Side{"kiln + DDP"});
     else if (!a.no_torch)
       for (const std::string& m : a.torch_modes) row.sides.push_back(apps::Side{"torch " + m});
@@ -285,6 +289,8 @@ int main(int argc, char** argv) {
   // MFU still counts the model's FLOPs only under --recompute.
   apps::add_memory_flags(app, a.recompute, a.fused_head,
                          " on both sides (GPT::set_recompute; torch.utils.checkpoint in PyTorch)");
+  app.add_flag("--cuda-graph", a.cuda_graph, "Kiln's step through the Trainer's whole-step CUDA graph (--device "
+               "cuda; the warm-up's last step captures, every timed step replays; not yet run on a GPU)");
   app.add_flag("--ddp-overhead", a.ddp_overhead, "Kiln only: the step without DDP against the step through "
                "DistributedDataParallel on a one-rank group (Gloo on cpu, NCCL on cuda), two models stepped in "
                "turn (default configs on cuda: gpt2-124m only)");

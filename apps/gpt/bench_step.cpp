@@ -36,7 +36,14 @@ class Runner {
       : o_(o), model_(std::make_shared<models::GPT>(models::GPTOptions(o.config).recompute(o.recompute).fused_head(o.fused_head))) {
     model_->to(o.device);
     model_->train();
-    opt_ = std::make_unique<optim::AdamW>(model_->parameters(), optim::AdamWOptions(3e-4).weight_decay(0.1));
+    opt_ = std::make_shared<optim::AdamW>(model_->parameters(), optim::AdamWOptions(3e-4).weight_decay(0.1));
+    if (o.cuda_graph) {
+      KILN_CHECK(!o.ddp_group, "bench_gpt: --cuda-graph runs without DDP");
+      KILN_CHECK(o.warmup >= 2, "bench_gpt: --cuda-graph needs --warmup >= 2 (eager steps, then the capture)");
+      trainer_ = std::make_unique<dist::Trainer>(
+          model_, opt_, nullptr,
+          dist::TrainerOptions().amp(o.amp).log_every(0).cuda_graph(true).cuda_graph_warmup(o.warmup - 1));
+    }
     if (o.ddp_group)
       ddp_ = std::make_unique<dist::DistributedDataParallel>(
           model_, o.ddp_group, dist::DDPOptions().gradient_as_bucket_view(o.gradient_as_bucket_view));
@@ -49,6 +56,12 @@ class Runner {
     if (o_.profiler) o_.profiler->begin_step(steps_);
     {
       profiler::Range range("step", profiler::Category::step, {"step", steps_});
+      if (trainer_) {  // --cuda-graph: the same work, through the Trainer's captured step
+        trainer_->step([&](int) { return model_->loss(idx_, targets_); });
+        if (o_.profiler) o_.profiler->end_step(steps_);
+        ++steps_;
+        return;
+      }
       if (ddp_) ddp_->prepare_forward();
       Tensor loss;
       {
@@ -81,7 +94,8 @@ class Runner {
  private:
   BenchStepOptions o_;
   std::shared_ptr<models::GPT> model_;
-  std::unique_ptr<optim::AdamW> opt_;
+  std::shared_ptr<optim::AdamW> opt_;
+  std::unique_ptr<dist::Trainer> trainer_;              // --cuda-graph
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // destroyed before the model and optimizer
   Tensor idx_, targets_;
   int64_t steps_ = 0, events_ = 0;

@@ -29,6 +29,9 @@ struct BenchStepOptions {
   // forward, backward, finish_gradient_synchronization, step), as dist::Trainer drives it.
   std::shared_ptr<dist::ProcessGroup> ddp_group;
   bool gradient_as_bucket_view = false;  // DDPOptions::gradient_as_bucket_view
+  // --cuda-graph: the step runs through a dist::Trainer with TrainerOptions::cuda_graph (warm-up
+  // warmup - 1 eager steps, the capture in the last warm-up step), so every timed step is a replay.
+  bool cuda_graph = false;
   // --profile: begin_step/end_step around every step (warm-up included, counted from 0).
   StepProfiler* profiler = nullptr;
   // --profile-overhead: every timed step runs inside its own profiling session (the recording
