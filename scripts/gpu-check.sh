@@ -102,6 +102,9 @@ if [ "$mode" != "--tests" ]; then
   bench 200 "$build/apps/bench_gpt" --device cuda --config gpt-1.3b --recompute --torch-modes compile --steps 5 \
     --python "$py"
   bench 60 "$build/apps/bench_gpt" --device cuda --config gpt2-124m --ddp-overhead --no-torch
+  # Issue #41: the whole step as one CUDA graph (TrainerOptions::cuda_graph), gpt2-124m, Kiln only
+  # (the eager row above is the same step without the graph).
+  bench 90 "$build/apps/bench_gpt" --device cuda --config gpt2-124m --cuda-graph --no-torch
   # Issue #5: fp32 / bf16 / fp16 loss curves and speed-ups of gpt-tiny and gpt2-124m.
   bench 150 bash scripts/amp-curves.sh "$build" "$work/amp-curves"
   bench 90 "$build/apps/bench_cifar" --device cuda --rounds 1 --python "$py"
