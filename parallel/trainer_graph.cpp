@@ -29,6 +29,7 @@ namespace kiln::dist {
 // ends (the next copy into the inputs must not overtake the graph still reading them).
 // Memory: the capture allocates from the graph's private pool (Note [Graph pools]), which stays
 // reserved while the graph lives; the step's transient memory is reused by every replay, not freed.
+// The cache is emptied once before the capture, so the warm-up's cached blocks do not double it.
 // Refused, with a message, at construction: a model not on CUDA, more than one process (the DDP
 // reducer launches its all-reduces from backward hooks on the host; not captured yet), sharding;
 // join() and sync_loss inside it are refused as without graphs. load_checkpoint() drops the graph
@@ -94,6 +95,10 @@ Trainer::DeviceStep Trainer::graph_device_step(const std::function<Tensor(int mi
     } else {
       optimizer_->refresh_device_lr();  // before the capture too: it creates the device copies
       if (!g.graph.captured()) {
+        // The warm-up's freed activations sit in the side stream's ordinary cache, where nothing
+        // would reuse them once the graph replays from its own pool: give them back first, or a
+        // large model would hold its step's transient memory twice.
+        cuda::empty_cache();
         g.graph.capture_begin(g.stream);
         try {
           g.outputs = run_device_step(micro_loss);
