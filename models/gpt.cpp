@@ -115,9 +115,12 @@ GPTMLP::GPTMLP(const GPTConfig& config, Generator& dropout_gen, Generator& init_
 }
 
 Tensor GPTMLP::forward(const Tensor& x) {
-  // gelu_linear keeps only c_fc's output for the backward, not the GELU's as well (bitwise
-  // linear(gelu(h)); autograd/ops/gelu_linear.h).
-  Tensor y = gelu_linear(c_fc->forward(x), c_proj->weight, c_proj->bias, GeluApproximate::tanh);
+  // Both keep only x and c_fc's output for the backward, not the GELU's as well.
+  // linear_gelu_linear also runs c_fc's bias and GELU in the GEMM's epilogue on CUDA (Note [Fused
+  // bias-GELU epilogue]); behind its switch (fused_gelu_epilogue) until a GPU run measures it.
+  Tensor y = fused_gelu_epilogue()
+                 ? linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias)
+                 : gelu_linear(c_fc->forward(x), c_proj->weight, c_proj->bias, GeluApproximate::tanh);
   return dropout(y, config_.dropout, is_training() && config_.dropout > 0.0, *dropout_gen_);
 }
 

@@ -10,6 +10,7 @@
 #include <kiln/autograd/ops/dropout.h>
 #include <kiln/autograd/ops/elementwise.h>
 #include <kiln/autograd/ops/gelu_linear.h>
+#include <kiln/autograd/ops/linear_gelu_linear.h>
 #include <kiln/autograd/ops/index.h>
 #include <kiln/autograd/ops/join.h>
 #include <kiln/autograd/ops/layer_norm.h>
