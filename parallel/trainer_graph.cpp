@@ -79,7 +79,7 @@ Trainer::DeviceStep Trainer::graph_device_step(const std::function<Tensor(int mi
   const Device device = model_device(*model_);
   if (!graph_) {
     graph_ = std::make_unique<GraphState>();
-    graph_->stream = cuda::Stream::create(device.index);
+    graph_->stream = cuda::Stream::create_unshared(device.index);  // no other user may queue on it
   }
   GraphState& g = *graph_;
   const cuda::Stream caller = cuda::current_stream(device.index);
@@ -99,16 +99,21 @@ Trainer::DeviceStep Trainer::graph_device_step(const std::function<Tensor(int mi
         // would reuse them once the graph replays from its own pool: give them back first, or a
         // large model would hold its step's transient memory twice.
         cuda::empty_cache();
+        (void)cuda::take_captured_fault_records();  // none should be left; never another capture's
         g.graph.capture_begin(g.stream);
         try {
           g.outputs = run_device_step(micro_loss);
+          g.graph.capture_end();  // the captured work has not run: the replay below runs it
         } catch (...) {
+          // Nothing captured ran, so what it allocated holds garbage: drop the graph, its records
+          // and the gradients it left (a later capture would add into them), and warm up again.
           g.outputs = {};
           g.graph.reset();
           (void)cuda::take_captured_fault_records();
+          optimizer_->zero_grad(/*set_to_none=*/true);
+          g.eager_steps = 0;
           throw;
         }
-        g.graph.capture_end();  // the captured work has not run: the replay below runs it
         g.faults = cuda::take_captured_fault_records();
       }
       g.graph.replay();

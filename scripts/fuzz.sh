@@ -33,8 +33,11 @@ fi
 cmake --build "$build" -j "${KILN_JOBS:-$(nproc)}" --target "${targets[@]}" || exit 1
 echo "fuzz.sh: harnesses built in $(( $(date +%s) - start )) s"
 
-export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+sym=$(dirname "$(readlink -f "$cxx")")/llvm-symbolizer  # readable reports (clang-16 has no unversioned one)
+[ -x "$sym" ] || sym=$(command -v llvm-symbolizer || command -v llvm-symbolizer-16 || true)
+symbolizer=${sym:+:external_symbolizer_path=$sym}
+export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1$symbolizer"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1$symbolizer"
 # Inputs: a few KB (the formats' headers and a few records); CIFAR needs room for 2 records of 3073 B.
 max_len() { case $1 in cifar10) echo 8192 ;; checkpoint|safetensors) echo 8192 ;; *) echo 4096 ;; esac; }
 

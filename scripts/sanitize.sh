@@ -50,9 +50,14 @@ cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DKILN_BUILD_BENCHMARKS=OF
 cmake --build "$build" -j "$jobs"
 built=$(date +%s)
 
-export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
-export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+# The reports and the suppressions (matched against function names) need a symbolizer: the one of
+# the compiler's LLVM (clang-16 comes with llvm-symbolizer-16 but not with the unversioned one).
+sym=$(dirname "$(readlink -f "$cxx")")/llvm-symbolizer
+[ -x "$sym" ] || sym=$(command -v llvm-symbolizer || command -v llvm-symbolizer-16 || true)
+symbolizer=${sym:+:external_symbolizer_path=$sym}
+export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1$symbolizer"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0$symbolizer"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp$symbolizer"
 export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1:history_size=4"
 # Note [TSan and OpenMP]: Debian's libomp is not built with TSan's annotations, so TSan cannot see
 # its barriers and reports every parallel_for as a race. The threads TSan is here for (store server,

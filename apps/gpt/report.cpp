@@ -150,7 +150,8 @@ void write_loss_svg(const std::string& path, const std::vector<TrainPoint>& trai
 void LogWindow::add(const dist::StepStats& s) {
   seconds_ += s.seconds;
   tokens_ += s.items;
-  if (s.found_inf.defined()) skipped_ = skipped_.defined() ? ops::add(skipped_, s.found_inf) : s.found_inf;
+  // A copy, not s.found_inf itself: under a CUDA graph it is the graph's output, rewritten next step.
+  if (s.found_inf.defined()) skipped_ = skipped_.defined() ? ops::add(skipped_, s.found_inf) : s.found_inf.clone();
 }
 
 void LogWindow::fill(TrainLine& line) {

@@ -338,6 +338,9 @@ void DeviceRange::begin(const char* name, Category category, int device, void* s
     (void)name, (void)category, (void)device, (void)stream, (void)explicit_stream, (void)a0;
     return;
   } else {
+    // A timing event recorded in a CUDA graph capture could not be read back later: a captured
+    // step shows as the replay's host time only (Note [Whole-step CUDA graph]).
+    if (cuda::is_capturing()) return;
     try {
       const cuda::Stream s = explicit_stream ? cuda::Stream(stream, device) : cuda::current_stream(device);
       const uint64_t session = registry().session.load(std::memory_order_relaxed);

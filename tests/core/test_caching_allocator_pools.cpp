@@ -97,23 +97,27 @@ TEST_CASE("blocks from outside the pool freed during the capture are held until 
   alloc.free(reused);
 }
 
-TEST_CASE("no event is recorded or queried during a capture; cross-stream frees wait for its end") {
+TEST_CASE("no event is recorded or queried during a capture; frees that need events wait for its end") {
   FakeDevice dev;
   CachingAllocator alloc(dev, "cuda:0");
+  const Stream kThird(reinterpret_cast<void*>(0x300), 0);
   void* shared = alloc.allocate(4096, kOther);
-  alloc.record_stream(shared, kCapture);
+  alloc.record_stream(shared, kThird);  // used elsewhere, not by the capture
+  void* seen = alloc.allocate(4096, kOther);
+  alloc.record_stream(seen, kCapture);  // used on the capturing stream: the graph may use it again
   void* shared2 = alloc.allocate(4096, kOther);
-  alloc.record_stream(shared2, kCapture);
+  alloc.record_stream(shared2, kThird);
   alloc.free(shared2);  // an event is pending from before the capture
   CHECK(dev.events_recorded() == 1);
 
   const auto pool = alloc.create_pool();
   alloc.begin_allocate_to_pool(pool, kCapture);
   dev.forbid_events = true;
-  alloc.free(shared);                       // kOther's block, used on kCapture: no event now
+  alloc.free(shared);                       // no event now: deferred to the capture's end
+  alloc.free(seen);                         // held by the capture's pool
   void* p = alloc.allocate(4096, kOther);   // would query events outside a capture
   alloc.free(p);
-  alloc.empty_cache();                      // would wait for events outside a capture
+  alloc.empty_cache();                      // would wait for events and free segments outside a capture
   dev.forbid_events = false;
   alloc.end_allocate_to_pool(pool);
   CHECK(dev.events_recorded() == 2);        // the deferred free recorded its event at the end
@@ -121,7 +125,28 @@ TEST_CASE("no event is recorded or queried during a capture; cross-stream frees 
   dev.complete_events();
   alloc.empty_cache();
   CHECK(alloc.stats().pending_frees == 0);
+  CHECK(dev.segments() == 1);               // `seen` is still held
+  alloc.release_pool(pool);                 // now `seen` waits for its use on the capture stream
+  CHECK(dev.events_recorded() == 3);
+  dev.complete_events();
+  alloc.empty_cache();
+  CHECK(dev.segments() == 0);
+}
+
+TEST_CASE("out of memory during a capture throws at once: no cudaFree to retry with") {
+  FakeDevice dev(4 * kMiB);
+  CachingAllocator alloc(dev, "cuda:0");
+  alloc.free(alloc.allocate(1000, kOther));  // a free 2 MiB segment in the ordinary cache
+  const auto pool = alloc.create_pool();
+  alloc.begin_allocate_to_pool(pool, kCapture);
+  void* a = alloc.allocate(1000, kCapture);  // the pool's 2 MiB segment: the device is full
+  CHECK_THROWS_AS(alloc.allocate(3 * kMiB, kCapture), cuda::OutOfMemoryError);
+  CHECK(dev.free_calls == 0);
+  alloc.free(a);
+  alloc.end_allocate_to_pool(pool);
   alloc.release_pool(pool);
+  alloc.empty_cache();
+  CHECK(dev.free_calls == 2);
 }
 
 TEST_CASE("empty_cache keeps a live pool's segments; after release_pool they are given back") {

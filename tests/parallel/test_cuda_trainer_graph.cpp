@@ -1,7 +1,8 @@
 // The whole-step CUDA graph on a GPU (Note [Whole-step CUDA graph]): a Trainer that warms up,
 // captures and replays takes the eager Trainer's steps (losses, norms, skips and final weights) under
 // a schedule that changes the learning rate every step, with accumulation and clipping, in f32,
-// bf16 and f16 (GradScaler on the device); replayed steps that are not log steps make no host sync.
+// bf16 and f16 (GradScaler on the device); replayed steps that are not log steps make no host sync;
+// a capture that cannot be made (dropout's generator) fails with a message and leaves no state.
 #include "test_util.h"
 
 #include <cmath>
@@ -99,4 +100,26 @@ TEST_CASE("replayed steps that are not log steps never wait for the device") {
   for (int s = kWarmup + 1; s < kSteps; ++s) step(r, s);
   CHECK(cuda::host_sync_count() == syncs);
   CHECK(r.trainer->graph_replays() == kSteps - kWarmup);
+}
+
+TEST_CASE("a capture that cannot be made (dropout) fails naming why, and the Trainer warms up again") {
+  test::require_cuda();
+  models::GPTConfig c = models::gpt_config("gpt-tiny");
+  c.dropout = 0.1;
+  auto model = std::make_shared<models::GPT>(models::GPTOptions(c).seed(1));
+  model->to(Device::cuda());
+  auto opt = std::make_shared<optim::AdamW>(model->parameters(), optim::AdamWOptions(1e-3));
+  Trainer trainer(model, opt, nullptr, TrainerOptions().log_every(0).cuda_graph(true).cuda_graph_warmup(1));
+  Generator g(5);
+  Tensor idx = randint(0, c.vocab_size, {2, 32}, g).to(Device::cuda());
+  Tensor tgt = randint(0, c.vocab_size, {2, 32}, g).to(Device::cuda());
+  auto loss = [&](int) { return model->loss(idx, tgt); };
+  trainer.step(loss);  // eager warm-up
+  CHECK_THROWS_WITH_AS(trainer.step(loss), doctest::Contains("while capturing a CUDA graph"), Error);
+  CHECK_FALSE(trainer.graph_captured());
+  CHECK_FALSE(cuda::is_capturing());
+  for (const Tensor& p : model->parameters()) CHECK_FALSE(p.grad().defined());
+  trainer.step(loss);  // warms up again, eagerly
+  CHECK_THROWS_AS(trainer.step(loss), Error);  // and the next capture fails the same way
+  CHECK(trainer.global_step() == 2);           // only the two eager steps counted
 }

@@ -44,12 +44,20 @@ void check_out(const Tensor& out, const char* op) {
              out.device(), " with shape ", out.shape(), " and strides ", out.strides());
 }
 
+// The generator's position is a kernel argument: a CUDA graph would replay the same numbers.
+void refuse_capture(const char* op) {
+  KILN_CHECK(!is_capturing(), op, " on CUDA while capturing a CUDA graph: the generator's position is a kernel "
+             "argument, so every replay would draw the same numbers (the same dropout mask each step). Draw "
+             "them outside the capture; TrainerOptions::cuda_graph trains with dropout 0");
+}
+
 }  // namespace
 
 void random_fill(const Tensor& out, RandomDraw draw, double a, double b, uint64_t seed, uint64_t first) {
   const char* op = draw == RandomDraw::uniform ? "rand" : draw == RandomDraw::normal ? "randn"
                    : draw == RandomDraw::uniform_affine ? "uniform_" : "normal_";
   check_out(out, op);
+  refuse_capture(op);
   const int64_t n = out.numel();
   if (n == 0) return;
   cudaStream_t stream = stream_for(out);
@@ -61,6 +69,7 @@ void random_fill(const Tensor& out, RandomDraw draw, double a, double b, uint64_
 
 void random_int(const Tensor& out, int64_t low, int64_t high, uint64_t seed, uint64_t first) {
   check_out(out, "randint");
+  refuse_capture("randint");
   KILN_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
   const int64_t n = out.numel();
   if (n == 0) return;
@@ -74,6 +83,7 @@ void random_int(const Tensor& out, int64_t low, int64_t high, uint64_t seed, uin
 Tensor dropout_mask(const Shape& shape, DType dtype, double p, double scale, uint64_t seed, uint64_t first,
                     Device device) {
   KILN_CHECK(dtype == DType::f32 || dtype == DType::f64, "dropout: the mask is f32 or f64, got ", dtype);
+  refuse_capture("dropout");
   Tensor mask = empty(shape, dtype, device);
   const int64_t n = mask.numel();
   if (n == 0) return mask;

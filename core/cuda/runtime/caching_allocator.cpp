@@ -75,7 +75,7 @@ void* CachingAllocator::allocate(size_t nbytes, Stream stream) {
   if (b == nullptr) {
     const size_t seg = segment_size(size);
     void* p = memory_.raw_malloc(seg);
-    if (p == nullptr) {
+    if (p == nullptr && captures_underway_ == 0) {  // cudaFree would break a capture: no retry then
       ++stats_.num_alloc_retries;
       release_cached_segments();
       p = memory_.raw_malloc(seg);
@@ -128,16 +128,24 @@ void CachingAllocator::free(void* ptr) {
   b->allocated = false;
   stats_.allocated_bytes -= static_cast<int64_t>(b->size);
   if (captures_underway_ > 0) {  // Note [Graph pools]
-    const PoolId capturing = capturing_pool(b->stream);
-    if (capturing != 0 && (b->pool != capturing || !b->stream_uses.empty())) {
-      ++b->pending_events;  // out of every pool, and never merged, until release_pool
-      pools_.at(capturing).held.push_back(b);
-      return;
-    }
-    if (!b->stream_uses.empty()) {  // another stream's block: its events once the capture is over
-      ++b->pending_events;
-      deferred_frees_.push_back(b);
-      return;
+    PoolId holder = capturing_pool(b->stream);
+    const bool own_block = holder != 0 && b->pool == holder && b->stream_uses.empty();
+    if (!own_block) {
+      // A block the capture may use on replay (from outside its pool, or used on its stream through
+      // record_stream): out of every pool, and never merged, until release_pool.
+      if (holder == 0)
+        for (const Stream& s : b->stream_uses)
+          if ((holder = capturing_pool(s)) != 0) break;
+      if (holder != 0) {
+        ++b->pending_events;
+        pools_.at(holder).held.push_back(b);
+        return;
+      }
+      if (!b->stream_uses.empty()) {  // other streams' work: its events once the capture is over
+        ++b->pending_events;
+        deferred_frees_.push_back(b);
+        return;
+      }
     }
   }
   if (b->stream_uses.empty()) {
@@ -201,7 +209,8 @@ void CachingAllocator::synchronize_and_process_events() {
 }
 
 void CachingAllocator::release_cached_segments() {
-  if (captures_underway_ == 0) synchronize_and_process_events();
+  if (captures_underway_ > 0) return;  // cudaFree (and waiting for events) would break the capture
+  synchronize_and_process_events();
   for (Pool* pool : {&small_, &large_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
@@ -316,6 +325,10 @@ void CachingAllocator::release_pool(PoolId pool) {
       if (b->pool == pool) b->pool = 0;
   for (Block* b : held) {  // now free for real: the graph that might read them is gone
     if (b->pool == pool) b->pool = 0;
+    if (!b->stream_uses.empty() && captures_underway_ > 0) {  // another capture: its events at its end
+      deferred_frees_.push_back(b);  // keeps the count the hold added, as deferred frees do
+      continue;
+    }
     --b->pending_events;
     if (!b->stream_uses.empty())
       free_with_events(b);

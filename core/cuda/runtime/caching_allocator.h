@@ -48,8 +48,11 @@
 // capturing stream during the capture (an earlier step's tensor the graph may read last) is held
 // by the pool, as is a pool block that other streams used, until release_pool(pool), when the
 // graph is gone: its free segments then join the ordinary cache and its held blocks are freed.
-// While a capture is under way no event is queried or recorded (CUDA forbids both during a
-// capture): pending frees wait for its end. empty_cache() leaves a live pool's segments alone.
+// A block of another stream that record_stream marked as used on the capturing stream is held the
+// same way. While a capture is under way no event is queried or recorded and nothing is given back
+// to the device (CUDA forbids all three during a capture): pending frees wait for its end,
+// empty_cache() does nothing, and an allocation that finds no memory throws OutOfMemoryError at
+// once instead of retrying after a cudaFree. empty_cache() leaves a live pool's segments alone.
 
 namespace kiln::cuda {
 

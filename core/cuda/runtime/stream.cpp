@@ -80,6 +80,14 @@ Stream Stream::create(int device, bool high_priority) {
   return Stream(pool[i], device);
 }
 
+Stream Stream::create_unshared(int device) {
+  check_device(device);
+  DeviceGuard guard(device);
+  cudaStream_t s = nullptr;
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return Stream(s, device);
+}
+
 void Stream::synchronize() const {
   note_host_sync();
   DeviceGuard guard(device_);
@@ -206,6 +214,7 @@ DeviceGuard::~DeviceGuard() {
 }
 
 Stream Stream::create(int, bool) { no_cuda("Stream::create"); }
+Stream Stream::create_unshared(int) { no_cuda("Stream::create_unshared"); }
 void Stream::synchronize() const { no_cuda("Stream::synchronize"); }
 bool Stream::query() const { no_cuda("Stream::query"); }
 Stream current_stream(int) { no_cuda("current_stream"); }

@@ -16,6 +16,10 @@ class Stream {
 
   // A fresh stream from a small per-device pool (streams are never destroyed, like torch's pool).
   static Stream create(int device, bool high_priority = false);
+  // A stream of its own, outside the pool, that no other create() hands out (a CUDA graph's
+  // capture stream: work another thread queued on it would join or break the capture). Never
+  // destroyed either.
+  static Stream create_unshared(int device);
   static Stream default_stream(int device) { return Stream(nullptr, device); }
 
   void* handle() const { return handle_; }  // a cudaStream_t
