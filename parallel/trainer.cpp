@@ -57,11 +57,6 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& di
   return out;
 }
 
-Device device_of(const nn::Module& model) {
-  auto params = model.parameters();
-  return params.empty() ? Device::cpu() : params.front().device();
-}
-
 optim::Optimizer& non_null(const std::shared_ptr<optim::Optimizer>& optimizer) {
   KILN_CHECK(optimizer != nullptr, "Trainer: the optimizer is null");
   return *optimizer;

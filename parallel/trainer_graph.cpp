@@ -35,15 +35,6 @@ namespace kiln::dist {
 // join() and sync_loss inside it are refused as without graphs. load_checkpoint() drops the graph
 // (the optimizer's loaded buffers are new tensors): the next steps warm up and capture again.
 
-namespace {
-
-Device model_device(const nn::Module& model) {
-  auto params = model.parameters();
-  return params.empty() ? Device::cpu() : params.front().device();
-}
-
-}  // namespace
-
 Trainer::~Trainer() = default;
 
 bool Trainer::graph_captured() const { return graph_ && graph_->graph.captured(); }
@@ -51,7 +42,7 @@ bool Trainer::graph_captured() const { return graph_ && graph_->graph.captured()
 int64_t Trainer::graph_replays() const { return graph_ ? graph_->replays : 0; }
 
 void Trainer::check_graph_supported() const {
-  const Device device = model_device(*model_);
+  const Device device = device_of(*model_);
   KILN_CHECK(device.is_cuda(), "TrainerOptions::cuda_graph captures the training step as a CUDA graph, so the model "
              "must be on a CUDA device; its parameters are on ", device, cuda::kBuilt ? "" : " (and Kiln was built "
              "without CUDA)", ". Move the model first (model->to(Device::cuda())) or leave cuda_graph off");
@@ -76,7 +67,7 @@ void Trainer::reset_graph() {
 
 Trainer::DeviceStep Trainer::graph_device_step(const std::function<Tensor(int micro_step)>& micro_loss) {
   KILN_CHECK(!joining_, "Trainer::join: uneven inputs are not supported with TrainerOptions::cuda_graph");
-  const Device device = model_device(*model_);
+  const Device device = device_of(*model_);
   if (!graph_) {
     graph_ = std::make_unique<GraphState>();
     graph_->stream = cuda::Stream::create_unshared(device.index);  // no other user may queue on it

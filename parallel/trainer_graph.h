@@ -1,5 +1,5 @@
-// The Trainer's whole-step CUDA graph state (Note [Whole-step CUDA graph], trainer_graph.cpp);
-// internal to parallel/trainer*.cpp.
+// The Trainer's whole-step CUDA graph state (Note [Whole-step CUDA graph], trainer_graph.cpp) and
+// device_of; internal to parallel/trainer*.cpp.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,12 @@
 #include <kiln/parallel/trainer.h>
 
 namespace kiln::dist {
+
+// The device of the model's first parameter (the CPU for a model without parameters).
+inline Device device_of(const nn::Module& model) {
+  auto params = model.parameters();
+  return params.empty() ? Device::cpu() : params.front().device();
+}
 
 struct Trainer::GraphState {
   cuda::Stream stream;       // the side stream the warm-up, the capture and the replays run on
