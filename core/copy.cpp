@@ -1,8 +1,6 @@
 // Tensor::copy_, fill_ and to(Device): the one place dtype conversion and device transfer happen.
 // Same-device CUDA copies go to cuda::copy_device, transfers to cuda::copy_across.
-#include <cstring>
-
-#include <kiln/core/cpu/loops.h>
+#include <kiln/core/cpu/copy.h>
 #include <kiln/core/cuda/kernels/copy.h>
 #include <kiln/core/cuda/runtime/runtime.h>
 #include <kiln/core/dispatch.h>
@@ -21,20 +19,6 @@ static bool overlaps(const Tensor& a, const Tensor& b) {
   auto [a0, a1] = span(a);
   auto [b0, b1] = span(b);
   return a0 < b1 && b0 < a1;
-}
-
-static void copy_cpu(const Tensor& dst, const Tensor& src) {
-  dispatch_all(dst.dtype(), "copy_", [&]<class D>() {
-    dispatch_all(src.dtype(), "copy_", [&]<class S>() {
-      if constexpr (std::is_same_v<D, S>) {
-        if (dst.is_contiguous() && src.is_contiguous()) {
-          std::memcpy(dst.data_ptr(), src.data_ptr(), dst.nbytes());
-          return;
-        }
-      }
-      cpu::map_kernel<D, S>(dst, {&src}, [](auto x) { return x; });
-    });
-  });
 }
 
 // A copy within one CUDA device; a build without CUDA has no CUDA tensors to get here.
@@ -57,7 +41,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   if (device() == s.device()) {
     if (overlaps(*this, s)) s = s.clone();
     if (device().is_cpu())
-      copy_cpu(*this, s);
+      KILN_CPU_KERNEL(copy)(*this, s);
     else
       copy_on_device(*this, s);
     return *this;
@@ -74,10 +58,7 @@ Tensor& Tensor::fill_(double value) {
     cuda::fill(*this, value);
     return *this;
   }
-  dispatch_all(dtype(), "fill_", [&]<class T>() {
-    const acc_t<T> v = formulas::convert<acc_t<T>>(value);  // Note [Conversion to u8]
-    cpu::map_kernel<T>(*this, {}, [v]() { return v; });
-  });
+  KILN_CPU_KERNEL(fill)(*this, value);
   return *this;
 }
 

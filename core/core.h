@@ -4,6 +4,7 @@
 #pragma once
 
 #include <kiln/core/autocast.h>
+#include <kiln/core/cpu_capability.h>
 #include <kiln/core/cpu_allocator.h>
 #include <kiln/core/device.h>
 #include <kiln/core/dtype.h>

@@ -1,45 +1,20 @@
 // AdamW: torch.optim.AdamW (1.13, single-tensor path) in one fused pass per parameter.
 // kiln::ops has no addcmul_/addcdiv_/sqrt_, and composing the update from out-of-place ops would
-// allocate three parameter-sized temporaries per step; this loop allocates none and performs
-// torch's operations in torch's order, each rounded to the parameter's dtype. CUDA parameters go
-// to the multi-tensor kernel (core/cuda/kernels/optim_step.h), which does the same per element.
+// allocate three parameter-sized temporaries per step; the CPU kernel (core/cpu/optim_step.cpp,
+// through ops::adamw_update_cpu) allocates none and performs torch's operations in torch's order,
+// each rounded to the parameter's dtype. CUDA parameters go to the multi-tensor kernel
+// (core/cuda/kernels/optim_step.h), which does the same per element.
 #include <kiln/optim/adamw.h>
 
 #include <cmath>
 
 #include <kiln/core/cuda/kernels/optim_step.h>
 #include <kiln/core/factory.h>
-#include <kiln/core/parallel.h>
+#include <kiln/core/ops/optim_step.h>
 
 namespace kiln::optim {
 
 namespace {
-
-// Per-step scalars, computed in double as torch does in Python, then rounded to T once.
-template <class T>
-struct Coeffs {
-  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps, neg_step_size;
-};
-
-// p, m (exp_avg), v (exp_avg_sq), vmax (max_exp_avg_sq, null without amsgrad): (n,) contiguous.
-template <class T>
-void adamw_update(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const Coeffs<T>& c) {
-  parallel_for(0, n, kGrainSize, [=, &c](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const T gi = g[i];
-      p[i] = p[i] * c.decay;                                     // param.mul_(1 - lr * wd)
-      m[i] = m[i] * c.beta1 + c.one_minus_beta1 * gi;            // exp_avg.mul_(b1).add_(g, 1 - b1)
-      v[i] = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;       // exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)
-      T second = v[i];
-      if (vmax) {
-        vmax[i] = vmax[i] < v[i] || std::isnan(v[i]) ? v[i] : vmax[i];  // torch.maximum (NaN wins)
-        second = vmax[i];
-      }
-      const T denom = std::sqrt(second) / c.bias_correction2_sqrt + c.eps;
-      p[i] = p[i] + c.neg_step_size * m[i] / denom;             // param.addcdiv_(m, denom, -step_size)
-    }
-  });
-}
 
 // A parameter's first state: zeros shaped, typed and placed like it.
 void start_state(ParamState& st, const Tensor& p, bool amsgrad) {
@@ -88,17 +63,10 @@ struct AdamWRule {
     const double bias_correction2 = 1.0 - std::pow(beta2, t);
     Tensor work = p.is_contiguous() ? p : p.contiguous();  // a copy only for a strided parameter
     Tensor g_c = grad.contiguous();
-    auto run = [&]<class T>() {
-      Coeffs<T> c{T(1.0 - o.lr() * o.weight_decay()), T(beta1), T(1.0 - beta1), T(beta2), T(1.0 - beta2),
-                  T(std::sqrt(bias_correction2)), T(o.eps()), T(-(o.lr() / bias_correction1))};
-      T* vmax = o.amsgrad() ? st.buffers.at("max_exp_avg_sq").data<T>() : nullptr;
-      adamw_update<T>(work.data<T>(), g_c.data<T>(), st.buffers.at("exp_avg").data<T>(),
-                      st.buffers.at("exp_avg_sq").data<T>(), vmax, p.numel(), c);
-    };
-    if (p.dtype() == DType::f64)
-      run.template operator()<double>();
-    else
-      run.template operator()<float>();
+    const ops::AdamWCoeffs c{1.0 - o.lr() * o.weight_decay(), beta1, 1.0 - beta1, beta2, 1.0 - beta2,
+                             std::sqrt(bias_correction2), o.eps(), -(o.lr() / bias_correction1)};
+    ops::adamw_update_cpu(work, g_c, st.buffers.at("exp_avg"), st.buffers.at("exp_avg_sq"),
+                          o.amsgrad() ? st.buffers.at("max_exp_avg_sq") : Tensor(), c);
     if (!work.is_same(p)) p.copy_(work);
   }
 

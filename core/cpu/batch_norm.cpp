@@ -11,7 +11,7 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -207,4 +207,4 @@ ops::BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x,
   return g;
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

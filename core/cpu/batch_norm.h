@@ -6,6 +6,5 @@
 
 #include <kiln/core/ops/batch_norm.h>
 
-namespace kiln::cpu {
-#include <kiln/core/kernels/batch_norm.inc>
-}  // namespace kiln::cpu
+#define KILN_CPU_KERNELS <kiln/core/kernels/batch_norm.inc>
+#include <kiln/core/cpu/declare_kernels.h>

@@ -16,7 +16,7 @@
 #include <kiln/core/cpu/onednn/conv.h>
 #endif
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -258,4 +258,4 @@ Tensor col2im(const Tensor& cols, const Shape& image_shape, const Geometry& g) {
   return x.to(cols.dtype());
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include <kiln/core/cpu/kernel_set.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::cpu {
@@ -30,6 +31,8 @@ struct ConvShapes {
   int64_t group_cols() const { return g.c / groups * g.kh * g.kw; }  // Kc = C/groups * kh * kw
 };
 
+KILN_CPU_DECLARE_KERNELS(
+
 // conv2d and its backward kernels; bf16/f16 are computed in f32 and rounded once.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShapes& shapes);
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& input_shape,
@@ -41,5 +44,6 @@ Tensor conv2d_backward_bias(const Tensor& grad_out);
 // One image (C, H, W) to its columns (C*kh*kw, OH*OW), and the adjoint (ops::im2col, ops::col2im).
 Tensor im2col(const Tensor& x, const ConvGeometry& g);
 Tensor col2im(const Tensor& cols, const Shape& image_shape, const ConvGeometry& g);
+)
 
 }  // namespace kiln::cpu

@@ -15,7 +15,7 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -116,4 +116,4 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   return dx;
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

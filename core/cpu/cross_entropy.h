@@ -7,11 +7,14 @@
 
 #include <kiln/core/ops/cross_entropy.h>
 
-namespace kiln::cpu {
+#include <kiln/core/cpu/kernel_set.h>
 
+namespace kiln::cpu {
+KILN_CPU_DECLARE_KERNELS(
 ops::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                               double label_smoothing);
-
-#include <kiln/core/kernels/cross_entropy.inc>
-
+)
 }  // namespace kiln::cpu
+
+#define KILN_CPU_KERNELS <kiln/core/kernels/cross_entropy.inc>
+#include <kiln/core/cpu/declare_kernels.h>

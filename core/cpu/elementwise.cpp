@@ -9,7 +9,7 @@
 #include <kiln/core/formulas.h>
 #include <kiln/core/ops/elementwise_table.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 void unary(const char* name, UnaryOp op, const Tensor& out, const Tensor& x) {
   ops::with_unary<VecMath>(op, [&]<class F>(F f) {
@@ -48,4 +48,4 @@ void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, double 
   });
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

@@ -5,6 +5,7 @@
 // written in place, so an output may also be an input (add_, mul_).
 #pragma once
 
+#include <kiln/core/cpu/kernel_set.h>
 #include <kiln/core/ops/elementwise_op.h>
 #include <kiln/core/tensor.h>
 
@@ -14,6 +15,7 @@ using ops::BinaryOp;
 using ops::CompareOp;
 using ops::UnaryOp;
 
+KILN_CPU_DECLARE_KERNELS(
 // out = op(x), both of one dtype: numeric for neg abs relu square, floating for the others.
 void unary(const char* name, UnaryOp op, const Tensor& out, const Tensor& x);
 
@@ -32,5 +34,6 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor&
 
 // out = mask ? value : x; mask bool, x and out of one dtype (any).
 void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, double value);
+)
 
 }  // namespace kiln::cpu

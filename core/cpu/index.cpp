@@ -13,7 +13,7 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -199,4 +199,4 @@ Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num
   return record;
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

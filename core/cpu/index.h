@@ -7,6 +7,5 @@
 
 #include <kiln/core/tensor.h>
 
-namespace kiln::cpu {
-#include <kiln/core/kernels/index.inc>
-}  // namespace kiln::cpu
+#define KILN_CPU_KERNELS <kiln/core/kernels/index.inc>
+#include <kiln/core/cpu/declare_kernels.h>

@@ -15,7 +15,7 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -168,4 +168,4 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& gr
   return grads;
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

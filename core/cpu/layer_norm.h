@@ -6,6 +6,5 @@
 
 #include <kiln/core/ops/layer_norm.h>
 
-namespace kiln::cpu {
-#include <kiln/core/kernels/layer_norm.inc>
-}  // namespace kiln::cpu
+#define KILN_CPU_KERNELS <kiln/core/kernels/layer_norm.inc>
+#include <kiln/core/cpu/declare_kernels.h>

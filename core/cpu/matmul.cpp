@@ -19,7 +19,7 @@
 #include <kiln/core/cpu/onednn/gemm.h>
 #endif
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -223,4 +223,4 @@ std::optional<ops::LinearGelu> gemm_gelu(const Tensor&, const Tensor&, const Ten
   return std::nullopt;  // no GELU epilogue on the CPU
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

@@ -10,6 +10,5 @@
 #include <kiln/core/ops/matmul.h>
 #include <kiln/core/tensor.h>
 
-namespace kiln::cpu {
-#include <kiln/core/kernels/matmul.inc>
-}  // namespace kiln::cpu
+#define KILN_CPU_KERNELS <kiln/core/kernels/matmul.inc>
+#include <kiln/core/cpu/declare_kernels.h>

@@ -22,7 +22,7 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/parallel.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -290,4 +290,4 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
                            });
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

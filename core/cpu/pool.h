@@ -6,5 +6,8 @@
 #include <kiln/core/ops/pool.h>
 
 namespace kiln::cpu {
-#include <kiln/core/kernels/pool.inc>
+using PoolWindow = ::kiln::pool_index::Window;  // also declared in each set by pool.inc
 }  // namespace kiln::cpu
+
+#define KILN_CPU_KERNELS <kiln/core/kernels/pool.inc>
+#include <kiln/core/cpu/declare_kernels.h>

@@ -10,7 +10,7 @@
 
 #include <kiln/core/dispatch.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -19,7 +19,7 @@ template <class T>
 std::vector<double> double_sums(const T* src, int64_t outer, int64_t n, int64_t inner) {
   std::vector<double> acc(static_cast<size_t>(outer * inner));
   auto as_double = [](T v, int64_t) { return static_cast<double>(static_cast<acc_t<T>>(v)); };
-  sum_reduce<double>(src, outer, n, inner, acc.data(), as_double);
+  cpu::sum_reduce<double>(src, outer, n, inner, acc.data(), as_double);
   return acc;
 }
 
@@ -46,7 +46,7 @@ void integer_sum_reduce(const char* op, const Tensor& src, int64_t outer, int64_
                         const Tensor& out) {
   dispatch_all(src.dtype(), op, [&]<class T>() {
     if constexpr (!std::is_floating_point_v<acc_t<T>>) {
-      sum_reduce<int64_t>(static_cast<const T*>(src.data_ptr()), outer, n, inner, out.data<int64_t>(),
+      cpu::sum_reduce<int64_t>(static_cast<const T*>(src.data_ptr()), outer, n, inner, out.data<int64_t>(),
                           [](T v, int64_t) { return static_cast<int64_t>(v); });
     }
   });
@@ -60,7 +60,7 @@ void var_reduce(const char* op, const Tensor& src, int64_t outer, int64_t n, int
     const double inv_n = 1.0 / static_cast<double>(n);
     for (double& m : mean) m *= inv_n;
     std::vector<double> sq(mean.size());
-    sum_reduce<double>(x, outer, n, inner, sq.data(), [&](T v, int64_t k) {
+    cpu::sum_reduce<double>(x, outer, n, inner, sq.data(), [&](T v, int64_t k) {
       double d = static_cast<double>(static_cast<acc_t<T>>(v)) - mean[k];
       return d * d;
     });
@@ -74,8 +74,8 @@ void extremum_reduce(const char* op, const Tensor& src, int64_t outer, int64_t n
     using C = acc_t<T>;
     std::vector<Best<C>> best(static_cast<size_t>(outer * inner));
     const T* x = static_cast<const T*>(src.data_ptr());
-    if (max) extremum_reduce<true, C>(x, outer, n, inner, best.data());
-    else extremum_reduce<false, C>(x, outer, n, inner, best.data());
+    if (max) cpu::extremum_reduce<true, C>(x, outer, n, inner, best.data());
+    else cpu::extremum_reduce<false, C>(x, outer, n, inner, best.data());
     if (values.defined()) {
       T* v = values.data<T>();
       for (size_t k = 0; k < best.size(); ++k) v[k] = static_cast<T>(best[k].value);
@@ -87,4 +87,4 @@ void extremum_reduce(const char* op, const Tensor& src, int64_t outer, int64_t n
   });
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

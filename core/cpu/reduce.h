@@ -183,8 +183,9 @@ void extremum_reduce(const T* x, int64_t outer, int64_t n, int64_t inner, Best<C
   });
 }
 
+}  // namespace kiln::cpu
+
 // The reduction kernels behind core/ops/reduce.h on the CPU (reduce.cpp), declared in
 // core/kernels/reduce.inc (Note [Kernel interfaces]). Floating sums accumulate in double.
-#include <kiln/core/kernels/reduce.inc>
-
-}  // namespace kiln::cpu
+#define KILN_CPU_KERNELS <kiln/core/kernels/reduce.inc>
+#include <kiln/core/cpu/declare_kernels.h>

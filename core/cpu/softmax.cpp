@@ -16,7 +16,7 @@
 #include <kiln/core/factory.h>
 #include <kiln/core/formulas.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 namespace {
 
@@ -158,4 +158,4 @@ Tensor softmax_backward(const char* op, const Tensor& grad_out, const Tensor& ou
   return gi;
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

@@ -6,6 +6,5 @@
 
 #include <kiln/core/tensor.h>
 
-namespace kiln::cpu {
-#include <kiln/core/kernels/softmax.inc>
-}  // namespace kiln::cpu
+#define KILN_CPU_KERNELS <kiln/core/kernels/softmax.inc>
+#include <kiln/core/cpu/declare_kernels.h>

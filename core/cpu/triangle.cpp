@@ -8,7 +8,7 @@
 #include <kiln/core/dispatch.h>
 #include <kiln/core/parallel.h>
 
-namespace kiln::cpu {
+namespace kiln::cpu::KILN_CPU_CAP {  // Note [CPU capabilities]
 
 // Row i keeps columns [lo(i), hi(i)) and zeroes the rest: upper keeps j - i >= diagonal, lower
 // j - i <= diagonal.
@@ -48,4 +48,4 @@ void triangle(const Tensor& out, const Tensor& x, int64_t diagonal, bool upper) 
   });
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::cpu::KILN_CPU_CAP

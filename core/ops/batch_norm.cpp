@@ -56,7 +56,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   return dispatch_device(
       "batch_norm", {&x},
       [&] { return cuda::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps); },
-      [&] { return cpu::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps); });
+      [&] { return KILN_CPU_KERNEL(batch_norm)(x, weight, bias, running_mean, running_var, training, momentum, eps); });
 }
 
 BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -73,7 +73,7 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   return dispatch_device(
       "batch_norm_backward", {&x, &grad_out},
       [&] { return cuda::batch_norm_backward(grad_out, x, weight, mean, invstd, training, needs); },
-      [&] { return cpu::batch_norm_backward(grad_out, x, weight, mean, invstd, training, needs); });
+      [&] { return KILN_CPU_KERNEL(batch_norm_backward)(grad_out, x, weight, mean, invstd, training, needs); });
 }
 
 }  // namespace kiln::ops

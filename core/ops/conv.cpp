@@ -84,7 +84,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                x.dtype());
   }
   return dispatch_device("conv2d", x.device(), [&] { return cuda::conv2d(x, weight, bias, options); },
-                         [&] { return cpu::conv2d(x, weight, bias, s); });
+                         [&] { return KILN_CPU_KERNEL(conv2d)(x, weight, bias, s); });
 }
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& input_shape,
@@ -93,7 +93,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
       check_backward("conv2d_backward_input", grad_out, weight, "weight", input_shape, weight.shape(), options);
   return dispatch_device("conv2d_backward_input", grad_out.device(),
                          [&] { return cuda::conv2d_backward_input(grad_out, weight, input_shape, options); },
-                         [&] { return cpu::conv2d_backward_input(grad_out, weight, input_shape, s); });
+                         [&] { return KILN_CPU_KERNEL(conv2d_backward_input)(grad_out, weight, input_shape, s); });
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
@@ -102,7 +102,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
       check_backward("conv2d_backward_weight", grad_out, x, "input", x.shape(), weight_shape, options);
   return dispatch_device("conv2d_backward_weight", grad_out.device(),
                          [&] { return cuda::conv2d_backward_weight(grad_out, x, weight_shape, options); },
-                         [&] { return cpu::conv2d_backward_weight(grad_out, x, weight_shape, s); });
+                         [&] { return KILN_CPU_KERNEL(conv2d_backward_weight)(grad_out, x, weight_shape, s); });
 }
 
 Tensor conv2d_backward_bias(const Tensor& grad_out) {
@@ -111,7 +111,7 @@ Tensor conv2d_backward_bias(const Tensor& grad_out) {
   KILN_CHECK(grad_out.dim() == 4, "conv2d_backward_bias: expected grad_out (N, O, OH, OW), got shape ",
              grad_out.shape());
   return dispatch_device("conv2d_backward_bias", grad_out.device(), [&] { return cuda::conv2d_backward_bias(grad_out); },
-                         [&] { return cpu::conv2d_backward_bias(grad_out); });
+                         [&] { return KILN_CPU_KERNEL(conv2d_backward_bias)(grad_out); });
 }
 
 Tensor im2col(const Tensor& x, Size2 kernel, const Conv2dOptions& options) {
@@ -119,7 +119,7 @@ Tensor im2col(const Tensor& x, Size2 kernel, const Conv2dOptions& options) {
   check_floating("im2col", x);
   KILN_CHECK(x.dim() == 3, "im2col: expected one image (C, H, W), got shape ", x.shape());
   const ConvGeometry g = make_geometry("im2col", x.shape()[0], x.shape()[1], x.shape()[2], kernel, options);
-  return cpu::im2col(x, g);  // CPU only
+  return KILN_CPU_KERNEL(im2col)(x, g);  // CPU only
 }
 
 Tensor col2im(const Tensor& cols, const Shape& image_shape, Size2 kernel, const Conv2dOptions& options) {
@@ -130,7 +130,7 @@ Tensor col2im(const Tensor& cols, const Shape& image_shape, Size2 kernel, const 
   const Shape expected{g.col_rows(), g.plane()};
   KILN_CHECK(cols.shape() == expected, "col2im: columns have shape ", cols.shape(), ", expected ", expected,
              " for image ", image_shape, " and kernel ", kernel);
-  return cpu::col2im(cols, image_shape, g);  // CPU only
+  return KILN_CPU_KERNEL(col2im)(cols, image_shape, g);  // CPU only
 }
 
 }  // namespace kiln::ops

@@ -56,7 +56,7 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   CrossEntropyResult r = dispatch_device(
       op, {&logits, &targets},
       [&] { return cuda::cross_entropy_forward(logits, targets, ignore_index, label_smoothing, fault); },
-      [&] { return cpu::cross_entropy_forward(logits, targets, ignore_index, label_smoothing); });
+      [&] { return KILN_CPU_KERNEL(cross_entropy_forward)(logits, targets, ignore_index, label_smoothing); });
   if (fault.defined()) {
     const int64_t classes = logits.size(1);
     cuda::check_fault_record(fault, [classes, ignore_index](int64_t row, int64_t value, bool late) {
@@ -89,7 +89,7 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
                                             count);
       },
       [&] {
-        return cpu::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, scale,
+        return KILN_CPU_KERNEL(cross_entropy_backward)(grad_loss, logits, targets, lse, ignore_index, label_smoothing, scale,
                                            count);
       });
 }

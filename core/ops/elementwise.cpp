@@ -65,8 +65,8 @@ void launch_scalar(Op op, const Tensor& out, const Tensor& a, double s) {
 }
 template <class Op>
 void launch_cpu(const char* name, Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  if constexpr (std::is_same_v<Op, BinaryOp>) cpu::binary(name, op, out, a, b);
-  else cpu::compare(name, op, out, a, b);
+  if constexpr (std::is_same_v<Op, BinaryOp>) KILN_CPU_KERNEL(binary)(name, op, out, a, b);
+  else KILN_CPU_KERNEL(compare)(name, op, out, a, b);
 }
 // op' with op(s, x) == op'(x, s) exactly, for a scalar on the left.
 std::optional<BinaryOp> mirrored(BinaryOp op) {
@@ -100,7 +100,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
   DType dt = keeps_dtype(op) ? x.dtype() : float_result(x.dtype());
   Tensor in = x.to(dt);
   Tensor out = empty(x.shape(), dt, x.device());
-  dispatch_device(name, {&x}, [&] { cuda::unary(op, out, in); }, [&] { cpu::unary(name, op, out, in); });
+  dispatch_device(name, {&x}, [&] { cuda::unary(op, out, in); }, [&] { KILN_CPU_KERNEL(unary)(name, op, out, in); });
   return out;
 }
 
@@ -229,7 +229,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
          be = operand(b, dev, dt).expand(shape);
   dispatch_device("where", dev, [&] { cuda::where(out, c, ae, be); }, [&] {
     check_cpu("where", {&cond, &a, &b});
-    cpu::where(out, c, ae, be);
+    KILN_CPU_KERNEL(where)(out, c, ae, be);
   });
   return out;
 }
@@ -243,7 +243,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Tensor xd = operand(x, dev, x.dtype()), m = operand(mask, dev, DType::b8).expand(x.shape());
   dispatch_device("masked_fill", dev, [&] { cuda::masked_fill(out, xd, m, value); }, [&] {
     check_cpu("masked_fill", {&x, &mask});
-    cpu::masked_fill(out, xd, m, value);
+    KILN_CPU_KERNEL(masked_fill)(out, xd, m, value);
   });
   return out;
 }
@@ -270,7 +270,7 @@ static Tensor& inplace(const char* name, BinaryOp op, Tensor& a, const Tensor& b
       name, a.device(), [&] { scaled ? cuda::add_scaled(a, a, be, alpha) : cuda::binary(op, a, a, be); },
       [&] {
         check_cpu(name, {&a, &be});
-        scaled ? cpu::add_scaled(name, a, a, be, alpha) : cpu::binary(name, op, a, a, be);
+        scaled ? KILN_CPU_KERNEL(add_scaled)(name, a, a, be, alpha) : KILN_CPU_KERNEL(binary)(name, op, a, a, be);
       });
   return a;
 }

@@ -91,7 +91,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   out_shape[dim] = index.numel();
   Tensor out = empty(out_shape, x.dtype(), x.device());
   Tensor fault = dispatch_device("index_select", {&x, &index}, [&] { return cuda::index_select(x, dim, index, out); },
-                                 [&] { return cpu::index_select(x, dim, index, out); });
+                                 [&] { return KILN_CPU_KERNEL(index_select)(x, dim, index, out); });
   report_fault("index_select", index, fault, x.size(dim), {"input", dim, x.shape()});
   return out;
 }
@@ -107,7 +107,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
                " is larger than the input ", x.shape(), " in dim ", d, " (only dim ", dim, " may be larger)");
   Tensor out = empty(index.shape(), x.dtype(), x.device());
   Tensor fault = dispatch_device("gather", {&x, &index}, [&] { return cuda::gather(x, dim, index, out); },
-                                 [&] { return cpu::gather(x, dim, index, out); });
+                                 [&] { return KILN_CPU_KERNEL(gather)(x, dim, index, out); });
   report_fault("gather", index, fault, x.size(dim), {"input", dim, x.shape()});
   return out;
 }
@@ -127,7 +127,7 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
   }
   return accumulate(
       "scatter_add_", self, dim, index, src, [&](const Tensor& s) { return cuda::scatter_add_(self, dim, index, s); },
-      [&](const Tensor& s) { return cpu::scatter_add_(self, dim, index, s); });
+      [&](const Tensor& s) { return KILN_CPU_KERNEL(scatter_add_)(self, dim, index, s); });
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -149,7 +149,7 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
              self.shape(), " with dim ", dim, " of size index.numel() = ", index.numel(), ")");
   return accumulate(
       "index_add_", self, dim, index, src, [&](const Tensor& s) { return cuda::index_add_(self, dim, index, s); },
-      [&](const Tensor& s) { return cpu::index_add_(self, dim, index, s); });
+      [&](const Tensor& s) { return KILN_CPU_KERNEL(index_add_)(self, dim, index, s); });
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
@@ -159,7 +159,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   out_shape.push_back(weight.size(1));
   Tensor out = empty(out_shape, weight.dtype(), weight.device());
   Tensor fault = dispatch_device("embedding", {&weight, &ids}, [&] { return cuda::embedding(weight, ids, out); },
-                                 [&] { return cpu::embedding(weight, ids, out); });
+                                 [&] { return KILN_CPU_KERNEL(embedding)(weight, ids, out); });
   report_fault("embedding", ids, fault, weight.size(0), {"weight", 0, weight.shape()});
   return out;
 }
@@ -176,7 +176,7 @@ Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num
   Tensor out = empty(table, grad_out.dtype(), grad_out.device());
   Tensor fault = dispatch_device("embedding_backward", {&grad_out, &ids},
                                  [&] { return cuda::embedding_backward(grad_out, ids, num_embeddings, out); },
-                                 [&] { return cpu::embedding_backward(grad_out, ids, num_embeddings, out); });
+                                 [&] { return KILN_CPU_KERNEL(embedding_backward)(grad_out, ids, num_embeddings, out); });
   report_fault("embedding_backward", ids, fault, num_embeddings, {"gradient table", 0, table});
   return out;
 }

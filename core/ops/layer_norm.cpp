@@ -82,7 +82,7 @@ LayerNormResult add_layer_norm(const Tensor& x_in, const Tensor& residual_in, co
   return dispatch_device(
       op, {&x, &residual, weight.defined() ? &weight : &x, bias.defined() ? &bias : &x},
       [&] { return cuda::layer_norm(x, residual, n, weight, bias, eps); },
-      [&] { return cpu::layer_norm(x, residual, n, weight, bias, eps); });
+      [&] { return KILN_CPU_KERNEL(layer_norm)(x, residual, n, weight, bias, eps); });
 }
 
 LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
@@ -92,7 +92,7 @@ LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const
   return dispatch_device(
       "layer_norm", {&x, weight.defined() ? &weight : &x, bias.defined() ? &bias : &x},
       [&] { return cuda::layer_norm(x, Tensor(), n, weight, bias, eps); },
-      [&] { return cpu::layer_norm(x, Tensor(), n, weight, bias, eps); });
+      [&] { return KILN_CPU_KERNEL(layer_norm)(x, Tensor(), n, weight, bias, eps); });
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
@@ -123,7 +123,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   return dispatch_device(
       op, {&x, &grad_out, &mean, &rstd, weight.defined() ? &weight : &x, gr.defined() ? &gr : &x},
       [&] { return cuda::layer_norm_backward(grad_out, gr, x, mean, rstd, weight, normalized_shape, with_bias); },
-      [&] { return cpu::layer_norm_backward(grad_out, gr, x, mean, rstd, weight, normalized_shape, with_bias); });
+      [&] { return KILN_CPU_KERNEL(layer_norm_backward)(grad_out, gr, x, mean, rstd, weight, normalized_shape, with_bias); });
 }
 
 }  // namespace kiln::ops

@@ -37,7 +37,7 @@ Tensor product(const char* op, const Tensor& a2, const Tensor& b2, const Tensor&
                const Shape& b_shape) {
   const Shape batch = product_batch(op, a2, b2, a_shape, b_shape);
   return dispatch_device(op, a2.device(), [&] { return cuda::gemm(a2, b2, bias, batch); },
-                         [&] { return cpu::gemm(a2, b2, bias, batch); });
+                         [&] { return KILN_CPU_KERNEL(gemm)(a2, b2, bias, batch); });
 }
 
 }  // namespace
@@ -103,7 +103,7 @@ LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias
   const Tensor wt = weight.t();
   const Shape batch = product_batch("linear_gelu", x2, wt, x.shape(), weight.shape());
   if (auto fused = dispatch_device("linear_gelu", x.device(), [&] { return cuda::gemm_gelu(x2, wt, bias, batch); },
-                                   [&] { return cpu::gemm_gelu(x2, wt, bias, batch); })) {
+                                   [&] { return KILN_CPU_KERNEL(gemm_gelu)(x2, wt, bias, batch); })) {
     if (x.dim() == 1) return {fused->out.squeeze(0), fused->pre_gelu.squeeze(0)};
     return {fused->out, fused->pre_gelu};
   }

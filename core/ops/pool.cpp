@@ -55,7 +55,7 @@ MaxPool2dResult max_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> s
   check_floating("max_pool2d", x);
   const Planes p = planes_of("max_pool2d", x.shape());
   const PoolWindow win = make_window("max_pool2d", p, kernel, stride, padding, dilation);
-  return dispatch_device("max_pool2d", x.device(), [&] { return cuda::max_pool2d(x, win); }, [&] { return cpu::max_pool2d(x, win); });
+  return dispatch_device("max_pool2d", x.device(), [&] { return cuda::max_pool2d(x, win); }, [&] { return KILN_CPU_KERNEL(max_pool2d)(x, win); });
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_shape) {
@@ -69,7 +69,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
   KILN_CHECK(grad_out.dim() == input_shape.ndim() && with_plane(input_shape, po.h, po.w) == grad_out.shape(),
              "max_pool2d_backward: grad_out ", grad_out.shape(), " does not pool the input shape ", input_shape);
   return dispatch_device("max_pool2d_backward", grad_out.device(), [&] { return cuda::max_pool2d_backward(grad_out, indices, input_shape); },
-                         [&] { return cpu::max_pool2d_backward(grad_out, indices, input_shape); });
+                         [&] { return KILN_CPU_KERNEL(max_pool2d_backward)(grad_out, indices, input_shape); });
 }
 
 Tensor avg_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Size2 padding) {
@@ -77,7 +77,7 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel, std::optional<Size2> stride, Si
   check_floating("avg_pool2d", x);
   const Planes p = planes_of("avg_pool2d", x.shape());
   const PoolWindow win = make_window("avg_pool2d", p, kernel, stride, padding, 1);
-  return dispatch_device("avg_pool2d", x.device(), [&] { return cuda::avg_pool2d(x, win); }, [&] { return cpu::avg_pool2d(x, win); });
+  return dispatch_device("avg_pool2d", x.device(), [&] { return cuda::avg_pool2d(x, win); }, [&] { return KILN_CPU_KERNEL(avg_pool2d)(x, win); });
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Size2 kernel,
@@ -88,7 +88,7 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, Siz
   const PoolWindow win = make_window("avg_pool2d_backward", p, kernel, stride, padding, 1);
   check_grad_out("avg_pool2d_backward", grad_out, with_plane(input_shape, win.oh, win.ow));
   return dispatch_device("avg_pool2d_backward", grad_out.device(), [&] { return cuda::avg_pool2d_backward(grad_out, input_shape, win); },
-                         [&] { return cpu::avg_pool2d_backward(grad_out, input_shape, win); });
+                         [&] { return KILN_CPU_KERNEL(avg_pool2d_backward)(grad_out, input_shape, win); });
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
@@ -99,7 +99,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
              output_size);
   KILN_CHECK(p.h >= 1 && p.w >= 1, "adaptive_avg_pool2d: input plane must be non-empty, got shape ", x.shape());
   return dispatch_device("adaptive_avg_pool2d", x.device(), [&] { return cuda::adaptive_avg_pool2d(x, output_size); },
-                         [&] { return cpu::adaptive_avg_pool2d(x, output_size); });
+                         [&] { return KILN_CPU_KERNEL(adaptive_avg_pool2d)(x, output_size); });
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape) {
@@ -112,7 +112,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
   check_grad_out("adaptive_avg_pool2d_backward", grad_out, with_plane(input_shape, oh, ow));
   KILN_CHECK(oh >= 1 && ow >= 1, "adaptive_avg_pool2d_backward: empty grad_out ", grad_out.shape());
   return dispatch_device("adaptive_avg_pool2d_backward", grad_out.device(), [&] { return cuda::adaptive_avg_pool2d_backward(grad_out, input_shape); },
-                         [&] { return cpu::adaptive_avg_pool2d_backward(grad_out, input_shape); });
+                         [&] { return KILN_CPU_KERNEL(adaptive_avg_pool2d_backward)(grad_out, input_shape); });
 }
 
 }  // namespace kiln::ops

@@ -117,11 +117,11 @@ Tensor floating_moment(const char* op, const Tensor& x, const std::vector<int64_
   if (kind == Moment::sum || kind == Moment::mean) {
     const double scale = kind == Moment::sum ? 1.0 : 1.0 / static_cast<double>(p.n);
     dispatch_device(op, {&x}, [&] { cuda::sum_reduce(op, p.src, p.outer, p.n, p.inner, scale, dst); },
-                    [&] { cpu::sum_reduce(op, p.src, p.outer, p.n, p.inner, scale, dst); });
+                    [&] { KILN_CPU_KERNEL(sum_reduce)(op, p.src, p.outer, p.n, p.inner, scale, dst); });
   } else {
     const bool take_sqrt = kind == Moment::std;
     dispatch_device(op, {&x}, [&] { cuda::var_reduce(op, p.src, p.outer, p.n, p.inner, correction, take_sqrt, dst); },
-                    [&] { cpu::var_reduce(op, p.src, p.outer, p.n, p.inner, correction, take_sqrt, dst); });
+                    [&] { KILN_CPU_KERNEL(var_reduce)(op, p.src, p.outer, p.n, p.inner, correction, take_sqrt, dst); });
   }
   return finish(p, dst);
 }
@@ -136,7 +136,7 @@ void extremum(const char* op, const Tensor& x, const std::vector<int64_t>& dims,
   Tensor vdst = values ? new_result(p, x.dtype(), x.device()) : Tensor();
   Tensor idst = indices ? new_result(p, DType::i64, x.device()) : Tensor();
   dispatch_device(op, {&x}, [&] { cuda::extremum_reduce(op, p.src, p.outer, p.n, p.inner, Max, vdst, idst); },
-                  [&] { cpu::extremum_reduce(op, p.src, p.outer, p.n, p.inner, Max, vdst, idst); });
+                  [&] { KILN_CPU_KERNEL(extremum_reduce)(op, p.src, p.outer, p.n, p.inner, Max, vdst, idst); });
   if (values) *values = finish(p, vdst);
   if (indices) *indices = finish(p, idst);
 }
@@ -151,7 +151,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   Plan p = plan_reduction("sum", x, dims, keepdim);
   Tensor dst = new_result(p, DType::i64, x.device());
   dispatch_device("sum", {&x}, [&] { cuda::integer_sum_reduce("sum", p.src, p.outer, p.n, p.inner, dst); },
-                  [&] { cpu::integer_sum_reduce("sum", p.src, p.outer, p.n, p.inner, dst); });
+                  [&] { KILN_CPU_KERNEL(integer_sum_reduce)("sum", p.src, p.outer, p.n, p.inner, dst); });
   return finish(p, dst);
 }
 

@@ -14,7 +14,7 @@ Tensor forward(const char* op, const Tensor& x, int64_t dim, bool log) {
   check_defined(x, op);
   const int64_t d = wrap_dim(dim, x.dim(), op);
   return dispatch_device(op, {&x}, [&] { return cuda::softmax(op, x, d, log); },
-                         [&] { return cpu::softmax(op, x, d, log); });
+                         [&] { return KILN_CPU_KERNEL(softmax)(op, x, d, log); });
 }
 
 // The forward output's gradient against it: both defined, one shape and dtype.
@@ -27,7 +27,7 @@ Tensor backward(const char* op, const Tensor& grad_out, const Tensor& out, int64
              " but the forward output is ", out.dtype());
   const int64_t d = wrap_dim(dim, out.dim(), op);
   return dispatch_device(op, {&grad_out, &out}, [&] { return cuda::softmax_backward(op, grad_out, out, d, log); },
-                         [&] { return cpu::softmax_backward(op, grad_out, out, d, log); });
+                         [&] { return KILN_CPU_KERNEL(softmax_backward)(op, grad_out, out, d, log); });
 }
 
 }  // namespace

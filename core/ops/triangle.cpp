@@ -17,7 +17,7 @@ Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool upper) {
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
   dispatch_device(op, {&x}, [&] { cuda::triangle(out, x, diagonal, upper); },
-                  [&] { cpu::triangle(out, x, diagonal, upper); });
+                  [&] { KILN_CPU_KERNEL(triangle)(out, x, diagonal, upper); });
   return out;
 }
 

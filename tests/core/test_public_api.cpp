@@ -24,7 +24,7 @@ KILN_PROBE(ops, add)
 KILN_PROBE(ops, matmul)
 KILN_PROBE(ops, softmax)
 KILN_PROBE(ops, conv2d)
-KILN_PROBE(cpu, softmax)
+KILN_PROBE(cpu::cap_default, softmax)
 KILN_PROBE(cuda, softmax)
 KILN_PROBE(cuda, gemm)
 #undef KILN_PROBE
@@ -46,7 +46,7 @@ struct Seen {
         !hidden<decltype(kiln::ops::matmul(std::declval<Tensor>(), std::declval<Tensor>()))>,                     \
         !hidden<decltype(kiln::ops::softmax(std::declval<Tensor>(), int64_t{}))>,                                 \
         !hidden<decltype(kiln::ops::conv2d(std::declval<Tensor>(), std::declval<Tensor>()))>,                     \
-        !hidden<decltype(kiln::cpu::softmax(std::declval<const char*>(), std::declval<Tensor>(), int64_t{},       \
+        !hidden<decltype(kiln::cpu::cap_default::softmax(std::declval<const char*>(), std::declval<Tensor>(), int64_t{}, \
                                             bool{}))>,                                                            \
         !hidden<decltype(kiln::cuda::softmax(std::declval<const char*>(), std::declval<Tensor>(), int64_t{},      \
                                              bool{}))>,                                                           \

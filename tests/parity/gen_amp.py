@@ -16,7 +16,9 @@ Usage: /usr/bin/python3 gen_amp.py OUT.safetensors
 2. Autocast: linear -> gelu -> linear -> cross_entropy under torch.autocast('cpu', bfloat16).
    Inputs "ac.x", "ac.target", "ac.w1", "ac.b1", "ac.w2", "ac.b2"; outputs "ac.logits" (bf16),
    "ac.loss" (f32), "ac.grad.<name>" (f32), and the same model in plain f32 as "f32.logits",
-   "f32.loss".
+   "f32.loss". "ref.logits" (bf16): the semantics Kiln's autocast claims (bf16 inputs, f32
+   accumulation, one rounding per op), computed without torch's bf16 kernels, whose rounding
+   depends on the CPU (parity_oracle.bf16_as_avx2).
 """
 import parity_oracle  # first: exits 77 (skipped) where this python has no torch
 import torch
@@ -126,7 +128,7 @@ def forward(w):
 
 
 ws = {n: w.clone().requires_grad_() for n, w in weights.items()}
-with torch.autocast("cpu", dtype=torch.bfloat16):
+with torch.autocast("cpu", dtype=torch.bfloat16), parity_oracle.bf16_as_avx2():
     logits, loss = forward(ws)
 assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
 loss.backward()
@@ -136,6 +138,22 @@ for n, w in ws.items():
     out[f"ac.grad.{n}"] = w.grad
 logits32, loss32 = forward(weights)
 out["f32.logits"], out["f32.loss"] = logits32, loss32
+
+
+# What Kiln's autocast claims to compute, written out independently of torch's kernels: each op
+# takes bf16-rounded inputs, accumulates in f32 (f64 here, then one rounding to f32) and rounds its
+# output to bf16 once.
+def bf16(t):
+    return t.bfloat16().double()
+
+
+def linear_bf16(a, w, b):
+    return ((bf16(a) @ bf16(w).T + bf16(b)).float()).bfloat16()
+
+
+h_ref = linear_bf16(x, weights["w1"], weights["b1"])
+g_ref = F.gelu(h_ref.double()).float().bfloat16()
+out["ref.logits"] = linear_bf16(g_ref, weights["w2"], weights["b2"])
 
 parity_oracle.write(out, {"init_scale": str(INIT_SCALE), "growth_interval": str(GROWTH_INTERVAL)},
                     what=f"{len(out)} tensors ({skipped} of {STEPS} steps skipped)")

@@ -11,6 +11,17 @@ import sys
 
 NAME = os.path.splitext(os.path.basename(sys.argv[0]))[0]
 
+# KILN_TORCH_ISA=avx2: make torch compute as it does on a CPU without AVX-512 (an AMD EPYC before
+# Zen 4), whatever this machine has, so an AVX-512 machine also tests Kiln against that torch
+# (tests/parity/CMakeLists.txt runs every oracle a second time so). ATen's kernels and oneDNN's are
+# capped at AVX2 by their own variables, which must be set before torch loads; torch 1.13 also
+# routes bf16 elementwise ops (GELU) to oneDNN only where cpuinfo reports AVX-512, which no
+# variable caps: an oracle with bf16 elementwise ops computes them under `bf16_as_avx2()`.
+AS_AVX2 = os.environ.get("KILN_TORCH_ISA", "") == "avx2"
+if AS_AVX2:
+    os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+    os.environ["DNNL_MAX_CPU_ISA"] = "AVX2"
+
 try:
     import torch
 except ImportError:
@@ -25,3 +36,9 @@ def write(tensors, metadata=None, what=None, path=None):
     path = path or sys.argv[1]
     safetensors_io.save(path, tensors, {"torch": torch.__version__, **(metadata or {})})
     print(f"{NAME}: wrote {what or f'{len(tensors)} tensors'} to {path}")
+
+
+def bf16_as_avx2():
+    """A context in which torch's bf16 ops take the path they take on a CPU without AVX-512
+    (oneDNN off: ATen's own kernels) under KILN_TORCH_ISA=avx2; torch's own choice otherwise."""
+    return torch.backends.mkldnn.flags(enabled=not AS_AVX2)
