@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
     std::printf("bench_cifar: training step (forward, cross entropy, backward, SGD), %s on %s, %d thread(s); PyTorch %s%s\n",
                 dtype_name.c_str(), on_cuda ? "cuda" : "the CPU", threads, torch_version.c_str(),
                 on_cuda ? " (channels-last)" : (", " + bench::blas_description(blas)).c_str());
+    if (!on_cuda) std::printf("%s\n", cpu::capability_summary().c_str());
     std::printf("%-10s %6s %12s %12s %8s\n", "model", "batch", "kiln img/s", "torch img/s", "ratio");
     for (const Case& c : cases) {
       if (c.torch > 0)

@@ -163,6 +163,7 @@ int run(Args a) {
   if (cuda) std::printf("%s; peak for MFU %.4g FLOP/s\n", cuda::build_info().c_str(), peak);
   else if (a.peak_flops > 0) std::printf("peak for MFU %.4g FLOP/s (--peak-flops)\n", peak);
   else std::printf("peak for MFU: %s\n", apps::cpu_peak(threads).describe().c_str());
+  if (!cuda) std::printf("%s\n", cpu::capability_summary().c_str());
   if (!a.no_torch && !a.ddp_overhead && !a.profile_overhead)
     a.script = apps::find_app_script("bench_gpt.py", a.script, KILN_BENCH_GPT_PY);
   const models::GPTRecompute recompute = apps::parse_recompute_flag(a.recompute);

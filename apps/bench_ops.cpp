@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
     }
     std::printf("bench_ops: %d thread(s), %lld elements; PyTorch %s, %s\n", threads, static_cast<long long>(elements),
                 ref.value("torch", std::string("(not run)")).c_str(), bench::blas_description(ref).c_str());
+    std::printf("%s\n", cpu::capability_summary().c_str());
     bench::print_comparison(rows, {"op", 12, -8, 10, "kiln", "pytorch"}, ref);
     return 0;
   });

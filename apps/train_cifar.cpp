@@ -166,6 +166,7 @@ int run(const Args& a) {
                 a.model.c_str(), (long long)train->size(), (long long)test_set.size(), job.world, (long long)per_rank,
                 (long long)micro, (long long)steps_per_epoch, a.optimizer.c_str(), a.lr, a.dtype.c_str(),
                 a.sync_bn && job.world > 1 ? ", SyncBatchNorm" : "", num_threads());
+  if (job.main() && !job.device.is_cuda()) std::printf("%s\n", cpu::capability_summary().c_str());
 
   const bool live = job.main() && isatty(fileno(stderr));
   const auto run_start = std::chrono::steady_clock::now();

@@ -198,6 +198,7 @@ int run(Args a) {
                 a.shape.model.c_str(), (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd, world,
                 (long long)a.batch_size, (long long)a.seq_len, accum, (long long)a.total_batch_tokens,
                 (long long)train_loader.num_tokens(), flops_tok);
+    if (device.is_cpu()) std::printf("%s\n", cpu::capability_summary().c_str());
     if (device.is_cpu() && a.peak_flops <= 0)
       std::printf("MFU's peak (per rank): %s\n", apps::cpu_peak(num_threads()).describe().c_str());
     if (!resumed_from.empty()) std::printf("resumed from %s at step %lld\n", resumed_from.c_str(),

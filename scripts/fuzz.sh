@@ -26,7 +26,7 @@ start=$(date +%s)
 if grep -qs '^KILN_FUZZ:BOOL=ON' "$build/CMakeCache.txt"; then
   echo "fuzz.sh: reusing $build (configured with KILN_FUZZ=ON)"
 else
-  cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DCMAKE_CXX_COMPILER="$cxx" -DKILN_FUZZ=ON \
+  cmake -S "$root" -B "$build" -G Ninja -DKILN_CUDA=OFF -DKILN_NATIVE=ON -DCMAKE_CXX_COMPILER="$cxx" -DKILN_FUZZ=ON \
     -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_APPS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" >/dev/null || exit 1
 fi

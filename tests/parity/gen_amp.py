@@ -128,10 +128,11 @@ def forward(w):
 
 
 ws = {n: w.clone().requires_grad_() for n, w in weights.items()}
-with torch.autocast("cpu", dtype=torch.bfloat16), parity_oracle.bf16_as_avx2():
-    logits, loss = forward(ws)
-assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
-loss.backward()
+with parity_oracle.bf16_as_avx2():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss = forward(ws)
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    loss.backward()
 out["ac.logits"], out["ac.loss"] = logits.detach(), loss.detach()
 for n, w in ws.items():
     assert w.grad.dtype == torch.float32

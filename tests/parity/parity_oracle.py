@@ -15,8 +15,9 @@ NAME = os.path.splitext(os.path.basename(sys.argv[0]))[0]
 # Zen 4), whatever this machine has, so an AVX-512 machine also tests Kiln against that torch
 # (tests/parity/CMakeLists.txt runs every oracle a second time so). ATen's kernels and oneDNN's are
 # capped at AVX2 by their own variables, which must be set before torch loads; torch 1.13 also
-# routes bf16 elementwise ops (GELU) to oneDNN only where cpuinfo reports AVX-512, which no
-# variable caps: an oracle with bf16 elementwise ops computes them under `bf16_as_avx2()`.
+# routes bf16 ops (GELU, and the GEMMs of bf16 linear) to oneDNN only where cpuinfo reports
+# AVX-512, which no variable caps: an oracle with bf16 ops runs them under `bf16_as_avx2()` (oneDNN
+# capped at AVX2 would refuse them: "could not create a primitive descriptor iterator").
 AS_AVX2 = os.environ.get("KILN_TORCH_ISA", "") == "avx2"
 if AS_AVX2:
     os.environ["ATEN_CPU_CAPABILITY"] = "avx2"

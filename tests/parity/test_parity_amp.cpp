@@ -66,17 +66,31 @@ TEST_CASE("a bf16 autocast forward and backward match torch.autocast('cpu', bflo
   CHECK(logits.dtype() == DType::bf16);
   CHECK(loss.dtype() == DType::f32);
   loss.backward();
-  // Both sides round the same inputs to bf16 and accumulate in f32: they agree to within one bf16
-  // rounding of the outputs (measured: bitwise equal), far closer than either is to the f32 model.
-  // The gradients differ by torch's bf16 rounding inside its backward (measured up to 0.7%).
+  // Kiln against the semantics it claims (bf16 inputs, f32 accumulation, one rounding per op),
+  // which gen_amp.py writes out without torch's bf16 kernels ("ref.logits"): equal but for a rare
+  // one-ulp flip where f32 sums in another order round the other way (one flip in these 40 logits
+  // is a relative error of ~6e-4). Measured on every capability: 0.
   const Tensor torch_logits = file.at("ac.logits"), f32_logits = file.at("f32.logits");
+  const Tensor ref_logits = file.at("ref.logits");
   REQUIRE(torch_logits.dtype() == DType::bf16);
+  const double err_ref = test::rel_err(logits, ref_logits);
+  CHECK(err_ref < 1e-3);
+  // Against torch.autocast, whose bf16 rounding depends on the CPU: with AVX-512, oneDNN computes
+  // GELU in f32 and rounds once (torch == ref, measured bitwise); without it (AMD EPYC Zen 3, or
+  // KILN_TORCH_ISA=avx2 anywhere) ATen's bf16 GELU is one bf16 ulp off "f32, round once" in 43% of
+  // elements, and the logits differ from ref by 2.38e-3 (15 of 40 logits; torch autocast vs f32:
+  // 4.31e-3, ref vs f32: 4.10e-3). The bound covers that rounding, measured on both: Kiln stays
+  // within 4e-3 of torch and closer to torch's bf16 than torch's bf16 is to f32.
   const double err = test::rel_err(logits, torch_logits);
+  const double torch_vs_ref = test::rel_err(torch_logits, ref_logits);
   const double bf16_vs_f32 = test::rel_err(f32_logits, torch_logits);
-  MESSAGE("logits: Kiln vs torch autocast ", err, ", torch autocast vs f32 ", bf16_vs_f32);
+  MESSAGE("logits: Kiln vs ref ", err_ref, ", Kiln vs torch autocast ", err, ", torch vs ref ", torch_vs_ref,
+          ", torch autocast vs f32 ", bf16_vs_f32);
+  CHECK(torch_vs_ref < 3e-3);  // torch's own ISA-dependent rounding: at most ~one ulp in some logits
   CHECK(err < 4e-3);
-  CHECK(err < 0.5 * bf16_vs_f32);
+  CHECK(err < bf16_vs_f32);
   test::check_rel(loss, file.at("ac.loss"), 2e-3, "loss");
+  // The gradients differ by torch's bf16 rounding inside its backward (measured up to 0.7%).
   for (const char* n : {"w1", "b1", "w2", "b2"}) {
     CAPTURE(n);
     REQUIRE(w[n].grad().defined());
