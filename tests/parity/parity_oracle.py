@@ -18,7 +18,10 @@ NAME = os.path.splitext(os.path.basename(sys.argv[0]))[0]
 # routes bf16 ops (GELU, and the GEMMs of bf16 linear) to oneDNN only where cpuinfo reports
 # AVX-512, which no variable caps: an oracle with bf16 ops runs them under `bf16_as_avx2()` (oneDNN
 # capped at AVX2 would refuse them: "could not create a primitive descriptor iterator").
-AS_AVX2 = os.environ.get("KILN_TORCH_ISA", "") == "avx2"
+# oneDNN capped below AVX-512 by hand (DNNL_MAX_CPU_ISA=AVX2, as for a whole suite run with
+# KILN_CPU_CAPABILITY=avx2) refuses torch's bf16 ops too: the same emulation is needed then.
+AS_AVX2 = (os.environ.get("KILN_TORCH_ISA", "") == "avx2" or
+           os.environ.get("DNNL_MAX_CPU_ISA", "").upper() in ("SSE41", "AVX", "AVX2", "AVX2_VNNI"))
 if AS_AVX2:
     os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
     os.environ["DNNL_MAX_CPU_ISA"] = "AVX2"
