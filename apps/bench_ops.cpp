@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     // Rounds alternate Kiln and PyTorch; each side keeps its best round, so a burst of load from
     // elsewhere on a shared machine does not land on one side only.
     std::vector<Row> rows;
-    nlohmann::json ref;
+    nlohmann::json ref = nlohmann::json::object();  // stays empty with --no-torch
     for (int round = 0; round < rounds; ++round) {
       std::vector<Row> now = run_kiln(gemm, elements);
       if (rows.empty()) rows = now;
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_ops: the PyTorch side failed (%s); output: %s\n", cmd.c_str(), out.c_str());
         return 1;
       }
-      if (ref.is_null()) ref = r;
+      if (ref.empty()) ref = r;
       for (const Row& row : rows)
         if (r.contains(row.name)) ref[row.name] = std::max(ref[row.name].get<double>(), r[row.name].get<double>());
     }
