@@ -11,6 +11,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
                                       # and f32 GEMM; cmake -DKILN_ONEDNN=OFF builds without
       python3 python3-torch
       iproute2  # ip netns: the multi-host tests (tests/parallel/netns_elastic.sh; skipped without)
+      qemu-user  # qemu-x86_64: the CPU-capability suite on emulated older CPUs (core_cpu_capability_on_*)
       clang-16 libclang-rt-16-dev libomp-16-dev  # the ASan suite and the fuzz harnesses, one tree
                                                   # (scripts/sanitize.sh asan, fuzz.sh)
       llvm-16  # llvm-symbolizer for their reports and LSan's suppressions (clang-16 only recommends it)
