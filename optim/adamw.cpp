@@ -53,7 +53,7 @@ struct AdamWRule {
   //   p -= lr / (1 - beta1^t) * m / denom
   static void update_on_cpu(const AdamWOptions& o, Tensor& p, const Tensor& grad, ParamState& st, size_t g,
                             size_t i) {
-    // Plain variables, not a structured binding: the lambda below captures them, which clang < 16 refuses.
+    // Plain variables, not a structured binding (clang < 16 refuses to capture those in lambdas).
     const double beta1 = o.betas().first, beta2 = o.betas().second;
     if (st.step == 0) start_state(st, p, o.amsgrad());
     KILN_CHECK(!o.amsgrad() || st.buffers.count("max_exp_avg_sq"), "AdamW: parameter ", i, " of group ", g,
