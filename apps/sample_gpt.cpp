@@ -32,6 +32,7 @@ struct Args {
   int threads = 0;
   std::string device = "cpu";
   bool no_kv_cache = false;
+  bool no_verify = false;
 };
 
 // The model's shape: --config, else config.json next to the checkpoint (train_gpt writes it),
@@ -50,13 +51,16 @@ models::GPTConfig load_config(const Args& a) {
 }
 
 // A train_gpt checkpoint (metadata format "kiln.checkpoint": weights under "model.") or an HF file.
-void load_weights(models::GPT& model, const std::string& path) {
+// A checkpoint's data is checked against its stored checksum first (a corrupt one is an IOError,
+// never sampled from); --no-verify skips that read for speed.
+void load_weights(models::GPT& model, const std::string& path, bool verify) {
   SafetensorsFile file = load_safetensors(path);
   auto format = file.metadata.find("format");
   if (format == file.metadata.end() || format->second != "kiln.checkpoint") {
     models::load_gpt_hf(model, path);
     return;
   }
+  if (verify) file = optim::load_verified_checkpoint(path, "sample_gpt");
   std::map<std::string, Tensor> state;
   for (auto& [name, t] : file.tensors)
     if (name.rfind("model.", 0) == 0) state.emplace(name.substr(6), t);
@@ -131,7 +135,7 @@ int run(const Args& a) {
              ")");
   const Device device = a.device == "cuda" ? Device::cuda() : Device::cpu();
   models::GPT model(config);
-  load_weights(model, a.checkpoint);
+  load_weights(model, a.checkpoint, !a.no_verify);
   model.to(device);
   model.eval();
   const std::optional<data::Gpt2Tokenizer> bpe = load_tokenizer(a, config);
@@ -217,6 +221,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", a.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_flag("--no-kv-cache", a.no_kv_cache, "recompute the whole context (the last block_size tokens) for every "
                "token instead");
+  app.add_flag("--no-verify", a.no_verify, "load a train_gpt checkpoint without checking its data against its "
+               "stored checksum (by default a corrupt checkpoint is an error)");
   return apps::run_main(app, argc, argv, apps::AppMainOptions("sample_gpt").newline_before_error(true),
                         [&] { return run(a); });
 }

@@ -260,6 +260,7 @@ int run(Args a) {
   const int64_t done = trainer.global_step();
   if (!a.checkpoint_dir.empty() && (a.checkpoint_every == 0 || done % a.checkpoint_every != 0) && done > first_step)
     trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, done), train_loader.cursor());
+  if (!a.checkpoint_dir.empty() && a.checkpoint_every > 0) trainer.prune_checkpoints();  // the final one counts too
   report.finish(done, a.loss_svg);
   return 0;
 }

@@ -12,7 +12,7 @@ Tensor record_derived(const Tensor& input, Tensor output, Derivation derivation)
 namespace autograd {
 
 AutogradMeta& ensure_meta(const Tensor& t) {
-  KILN_CHECK(t.defined(), "autograd: undefined tensor");
+  KILN_CHECK_VALUE(t.defined(), "autograd: undefined tensor");
   // Core's derived-tensor hook, installed once before the first meta exists (a function-local
   // static: thread-safe, and independent of static initialisation order). Readers load it
   // atomically, so threads creating metas never race threads taking views.

@@ -46,6 +46,7 @@ Tensor Tensor::detach() const {
 }
 
 void Tensor::retain_grad() const {
+  check_defined(*this, "retain_grad");
   AutogradMeta* m = autograd::meta(*this);
   KILN_CHECK(m && (m->requires_grad || m->grad_fn), "retain_grad: the tensor (shape ", shape(),
              ") does not require grad");

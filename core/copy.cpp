@@ -63,6 +63,7 @@ Tensor& Tensor::fill_(double value) {
 }
 
 Tensor Tensor::to(Device device, bool non_blocking) const {
+  check_defined(*this, "Tensor::to");
   if (device == this->device()) return *this;
   // A non-blocking download lands in pinned memory, or it could not be asynchronous.
   Tensor out = non_blocking && device.is_cpu() && this->device().is_cuda()

@@ -8,6 +8,11 @@
 
 namespace kiln {
 
+void detail::throw_undefined_tensor(const char* method) {
+  throw ValueError(std::string("Tensor::") + method +
+                   ": the tensor is undefined (a default-constructed Tensor, or .grad() before any backward)");
+}
+
 namespace detail {
 
 // Written once (install_autograd_derived_hook), read by every view of a tensor with autograd state.
@@ -80,7 +85,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 }
 
 void check_defined(const Tensor& t, const char* op, const char* arg) {
-  KILN_CHECK(t.defined(), op, ": ", arg, " is an undefined tensor");
+  KILN_CHECK_VALUE(t.defined(), op, ": ", arg, " is an undefined tensor");
 }
 
 bool Tensor::is_sole_owner() const {
@@ -88,13 +93,22 @@ bool Tensor::is_sole_owner() const {
          nbytes() == storage()->nbytes();
 }
 
-int64_t Tensor::size(int64_t d) const { return impl_->shape()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  (void)checked("size");
+  const int64_t w = wrap_dim(d, dim(), "size");
+  return shape()[w];
+}
+int64_t Tensor::stride(int64_t d) const {
+  (void)checked("stride");
+  const int64_t w = wrap_dim(d, dim(), "stride");
+  return strides()[w];
+}
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
-  const Shape& shape = impl_->shape();
-  const Strides& strides = impl_->strides();
+  const TensorImpl& t = checked("is_contiguous");
+  const Shape& shape = t.shape();
+  const Strides& strides = t.strides();
   for (int64_t d : shape)
     if (d == 0) return true;  // like torch: no element, nothing out of order (found by fuzz_safetensors)
   for (int64_t i = dim() - 1; i >= 0; --i) {
@@ -106,6 +120,7 @@ bool Tensor::is_contiguous() const {
 }
 
 Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t offset) const {
+  (void)checked("as_strided");
   KILN_CHECK(shape.size() == strides.size(), "as_strided: shape ", shape, " and strides ", strides,
              " differ in length");
   // Bounds: the furthest element must lie inside the storage.
@@ -179,6 +194,7 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const Shape& from, c
 }
 
 Tensor Tensor::view(const Shape& shape) const {
+  (void)checked("view");
   Shape s = infer_shape(shape, numel(), this->shape(), "view");
   auto st = view_strides(this->shape(), strides(), s);
   KILN_CHECK(st.has_value(), "view: cannot view a tensor of shape ", this->shape(), " and strides ", strides(),
@@ -189,6 +205,7 @@ Tensor Tensor::view(const Shape& shape) const {
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
+  (void)checked("reshape");
   Shape s = infer_shape(shape, numel(), this->shape(), "reshape");
   if (auto st = view_strides(this->shape(), strides(), s))
     return derived_view(*this, make_tensor(storage(), dtype(), s, *st, offset()),
@@ -198,6 +215,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  (void)checked("transpose");
   int64_t a = wrap_dim(dim0, dim(), "transpose"), b = wrap_dim(dim1, dim(), "transpose");
   Shape s = shape();
   Strides st = strides();
@@ -210,6 +228,7 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
+  (void)checked("permute");
   KILN_CHECK(dims.ndim() == dim(), "permute: got ", dims.size(), " dims ", dims, " for a tensor of ", dim(),
              " dims");
   Shape s(dims.size());
@@ -230,11 +249,13 @@ Tensor Tensor::permute(const Shape& dims) const {
 }
 
 Tensor Tensor::t() const {
+  (void)checked("t");
   KILN_CHECK(dim() <= 2, "t: expected a tensor of at most 2 dims, got shape ", shape());
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  (void)checked("slice");
   d = wrap_dim(d, dim(), "slice");
   KILN_CHECK(step > 0, "slice: step must be positive, got ", step);
   int64_t n = shape()[d];
@@ -254,6 +275,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  (void)checked("narrow");
   d = wrap_dim(d, dim(), "narrow");
   int64_t n = shape()[d];
   if (start < 0) start += n;
@@ -263,6 +285,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  (void)checked("select");
   d = wrap_dim(d, dim(), "select");
   int64_t n = shape()[d];
   KILN_CHECK_INDEX(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n,
@@ -277,6 +300,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
+  (void)checked("expand");
   KILN_CHECK(shape.ndim() >= dim(), "expand: target shape ", shape, " has fewer dims than the tensor's ",
              this->shape());
   Shape s(shape.size());
@@ -300,6 +324,7 @@ Tensor Tensor::expand(const Shape& shape) const {
 }
 
 Tensor Tensor::squeeze() const {
+  (void)checked("squeeze");
   Shape s;
   Strides st;
   for (int64_t i = 0; i < dim(); ++i)
@@ -313,6 +338,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  (void)checked("squeeze");
   d = wrap_dim(d, dim(), "squeeze");
   Shape s = shape();
   Strides st = strides();
@@ -326,6 +352,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  (void)checked("unsqueeze");
   d = wrap_dim(d, dim() + 1, "unsqueeze");
   Shape s = shape();
   Strides st = strides();
@@ -338,6 +365,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  (void)checked("flatten");
   if (dim() == 0) return reshape({1});
   int64_t a = wrap_dim(start_dim, dim(), "flatten"), b = wrap_dim(end_dim, dim(), "flatten");
   KILN_CHECK(a <= b, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
@@ -349,15 +377,20 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   return reshape(s);
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  (void)checked("contiguous");
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::clone() const {
+  (void)checked("clone");
   Tensor out = empty(shape(), dtype(), device());
   out.copy_(*this);
   return derived(*this, out, kCopy, kNoReplay);
 }
 
 Tensor Tensor::to(DType dt) const {
+  (void)checked("to");
   if (dt == dtype()) return *this;
   Tensor out = empty(shape(), dt, device());
   out.copy_(*this);
@@ -365,6 +398,7 @@ Tensor Tensor::to(DType dt) const {
 }
 
 Tensor Tensor::pin_memory() const {
+  (void)checked("pin_memory");
   check_defined(*this, "pin_memory");
   KILN_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got one on ", device());
   if (is_pinned()) return *this;
@@ -376,6 +410,7 @@ Tensor Tensor::pin_memory() const {
 bool Tensor::is_pinned() const { return defined() && storage()->is_pinned(); }
 
 double Tensor::item() const {
+  (void)checked("item");
   KILN_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape());
   ops::check_in_storage(*this, "item", "tensor");  // the copies below may all be no-ops
   Tensor c = to(Device::cpu()).to(DType::f64);

@@ -19,6 +19,11 @@
 
 namespace kiln {
 
+namespace detail {
+// Throws kiln::ValueError: `method` was called on an undefined tensor (Note [Undefined tensors]).
+[[noreturn]] void throw_undefined_tensor(const char* method);
+}  // namespace detail
+
 struct AutogradMeta;  // defined by autograd/; core only carries the pointer
 
 // Note [TensorImpl]
@@ -74,23 +79,24 @@ class Tensor {
   bool is_sole_owner() const;
 
   // Metadata.
-  const Shape& shape() const { return impl_->shape(); }
-  const Strides& strides() const { return impl_->strides(); }
-  int64_t dim() const { return impl_->shape().ndim(); }
+  const Shape& shape() const { return checked("shape").shape(); }
+  const Strides& strides() const { return checked("strides").strides(); }
+  int64_t dim() const { return checked("dim").shape().ndim(); }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t numel() const { return shape_numel(impl_->shape()); }
-  int64_t offset() const { return impl_->offset(); }
-  DType dtype() const { return impl_->dtype(); }
-  Device device() const { return impl_->storage()->device(); }
-  size_t element_size() const { return dtype_size(impl_->dtype()); }
+  int64_t numel() const { return shape_numel(checked("numel").shape()); }
+  int64_t offset() const { return checked("offset").offset(); }
+  DType dtype() const { return checked("dtype").dtype(); }
+  Device device() const { return checked("device").storage()->device(); }
+  size_t element_size() const { return dtype_size(checked("element_size").dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   bool is_contiguous() const;
-  const std::shared_ptr<Storage>& storage() const { return impl_->storage(); }
+  const std::shared_ptr<Storage>& storage() const { return checked("storage").storage(); }
 
   // Pointer to the first element (storage base + offset).
   void* data_ptr() const {
-    return static_cast<char*>(impl_->storage()->data()) + impl_->offset() * static_cast<int64_t>(element_size());
+    const TensorImpl& t = checked("data_ptr");
+    return static_cast<char*>(t.storage()->data()) + t.offset() * static_cast<int64_t>(dtype_size(t.dtype()));
   }
   template <class T>
   T* data() const {
@@ -165,6 +171,16 @@ class Tensor {
   void set_data(const Tensor& new_data) const;
 
  private:
+  // Note [Undefined tensors]
+  // A default-constructed Tensor (or .grad() before any backward) has no impl. Every method that
+  // needs one asks for it here, so misuse is a kiln::ValueError naming the method, as libtorch's
+  // UndefinedTensorImpl makes it an error, never a null dereference (test_undefined_tensor.cpp
+  // calls each method). defined(), impl(), is_same() and the autograd queries answer for it.
+  const TensorImpl& checked(const char* method) const {
+    if (impl_ == nullptr) [[unlikely]] detail::throw_undefined_tensor(method);
+    return *impl_;
+  }
+
   std::shared_ptr<TensorImpl> impl_;
 };
 

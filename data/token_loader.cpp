@@ -26,6 +26,23 @@ std::vector<std::string> glob_sorted(const std::string& pattern) {
   return out;
 }
 
+// Note [Token range at open]: every token must index the model's vocabulary. Checking only the
+// windows a batch draws found a bad token at whatever step drew it (step 93 of a run, again after
+// every resume); so each shard's maximum is taken when it is opened, one pass over its tokens that
+// the compiler vectorizes (it reads the whole shard once: memory or disk speed), and only a shard
+// whose maximum is out of range is scanned again for the first bad token, to name it.
+void check_token_range(const TokenShard& shard, int64_t vocab) {
+  const uint16_t* p = shard.data();  // (n,)
+  const int64_t n = shard.size();
+  uint16_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = p[i] > m ? p[i] : m;
+  if (m < vocab) return;
+  for (int64_t i = 0; i < n; ++i)
+    KILN_CHECK_IO(p[i] < vocab, "TokenLoader: token shard ", shard.path(), ": token ", p[i], " at token index ", i,
+                  " (byte offset ", kTokenShardHeaderBytes + 2 * i, ") is >= vocab_size ", vocab,
+                  " (found when the shard was opened, before any step)");
+}
+
 }  // namespace
 
 TokenLoader::TokenLoader(TokenLoaderOptions options) : options_(std::move(options)) {
@@ -44,6 +61,7 @@ TokenLoader::TokenLoader(TokenLoaderOptions options) : options_(std::move(option
     TokenShard shard(p);
     KILN_CHECK_IO(shard.size() >= T + 1, "TokenLoader: token shard ", p, " has ", shard.size(),
                   " tokens, too few for one window of seq_len + 1 = ", T + 1, " tokens");
+    if (options_.vocab_size() > 0) check_token_range(shard, options_.vocab_size());
     num_tokens_ += shard.size();
     window_start_.push_back(window_start_.back() + (shard.size() - 1) / T);
     shards_.push_back(std::move(shard));

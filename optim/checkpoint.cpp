@@ -122,27 +122,35 @@ void save_checkpoint(const std::string& path, const NamedTensors& model, const N
   save_safetensors(path, tensors, meta);
 }
 
-TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& model, Optimizer& optimizer) {
-  profiler::Range range("load checkpoint", profiler::Category::checkpoint);
+SafetensorsFile load_verified_checkpoint(const std::string& path, const char* who) {
   SafetensorsFile file;
   try {
     file = load_safetensors(path);
   } catch (const Error& e) {
-    KILN_FAIL_IO("load_checkpoint: ", path, ": not a readable checkpoint (truncated or corrupt?): ", e.what());
+    KILN_FAIL_IO(who, ": ", path, ": not a readable checkpoint (truncated or corrupt?): ", e.what());
   }
   const auto& meta = file.metadata;
   auto format = meta.find("format");
-  KILN_CHECK_IO(format != meta.end() && format->second == kFormat, "load_checkpoint: ", path,
+  KILN_CHECK_IO(format != meta.end() && format->second == kFormat, who, ": ", path,
                 ": not a Kiln checkpoint (metadata 'format' is ",
                 format == meta.end() ? std::string("missing") : "'" + format->second + "'", ")");
   const int version = parse_number<int>(path, meta, "format_version");
-  KILN_CHECK_IO(version == kCheckpointFormatVersion, "load_checkpoint: ", path, ": format version ", version,
+  KILN_CHECK_IO(version == kCheckpointFormatVersion, who, ": ", path, ": format version ", version,
                 " is not supported (this Kiln reads version ", kCheckpointFormatVersion, ")");
   auto sum = meta.find("checksum");
-  KILN_CHECK_IO(sum != meta.end(), "load_checkpoint: ", path, ": metadata 'checksum' is missing");
+  KILN_CHECK_IO(sum != meta.end(), who, ": ", path, ": metadata 'checksum' is missing");
   const std::string actual = checksum(file.tensors);
-  KILN_CHECK_IO(actual == sum->second, "load_checkpoint: ", path, ": checksum mismatch (stored ", sum->second,
+  KILN_CHECK_IO(actual == sum->second, who, ": ", path, ": checksum mismatch (stored ", sum->second,
                 ", data hashes to ", actual, "): the file is corrupt");
+  return file;
+}
+
+void verify_checkpoint(const std::string& path) { (void)load_verified_checkpoint(path, "verify_checkpoint"); }
+
+TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& model, Optimizer& optimizer) {
+  profiler::Range range("load checkpoint", profiler::Category::checkpoint);
+  const SafetensorsFile file = load_verified_checkpoint(path, "load_checkpoint");
+  const auto& meta = file.metadata;
   auto opt_name = meta.find("optimizer");
   KILN_CHECK_IO(opt_name != meta.end() && opt_name->second == optimizer.name(), "load_checkpoint: ", path,
                 ": holds the state of a ", opt_name == meta.end() ? std::string("(missing)") : opt_name->second,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <kiln/core/generator.h>
+#include <kiln/core/io/safetensors.h>
 #include <kiln/optim/optimizer.h>
 
 namespace kiln::optim {
@@ -64,5 +65,14 @@ void save_checkpoint(const std::string& path, const NamedTensors& model, const N
 // kiln::Error naming the file and the problem, and the model and optimizer are left untouched.
 // Only then are the weights copied into the caller's tensors and the optimizer state loaded.
 TrainingProgress load_checkpoint(const std::string& path, const NamedTensors& model, Optimizer& optimizer);
+
+// Reads the whole file and checks what load_checkpoint checks before it touches a tensor that does
+// not depend on the model: readable safetensors, format and version, and the data against the
+// stored checksum. Throws kiln::IOError naming the file and the problem. The resume agreement
+// (parallel/checkpoint_agreement.h) runs it on the checkpoint it picked; sample_gpt before it samples.
+void verify_checkpoint(const std::string& path);
+
+// The file, verified as verify_checkpoint does; `who` starts every error message.
+SafetensorsFile load_verified_checkpoint(const std::string& path, const char* who);
 
 }  // namespace kiln::optim

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include <kiln/core/error.h>
 #include <kiln/core/factory.h>
+#include <kiln/optim/checkpoint.h>
 
 namespace kiln::dist {
 namespace {
@@ -62,6 +64,20 @@ std::pair<int64_t, uint64_t> read_header(const fs::path& path) {
   const auto json = nlohmann::json::parse(header, nullptr, false);
   KILN_CHECK_IO(json.is_object() && json.contains("__metadata__") && json["__metadata__"].is_object(),
                 "no metadata in the header");
+  // A cut tail (a copy or a write that stopped short) shows in the size: the data must end where
+  // the header says, checked here without reading it.
+  uint64_t data_end = 0;
+  for (const auto& [name, entry] : json.items()) {
+    if (name == "__metadata__") continue;
+    KILN_CHECK_IO(entry.is_object() && entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
+                      entry["data_offsets"].size() == 2 && entry["data_offsets"][1].is_number_unsigned(),
+                  "tensor '", name, "' has no data_offsets");
+    data_end = std::max<uint64_t>(data_end, entry["data_offsets"][1].get<uint64_t>());
+  }
+  std::error_code size_ec;
+  const uint64_t size = fs::file_size(path, size_ec);
+  KILN_CHECK_IO(!size_ec && size == 8 + len + data_end, "truncated: the file has ", size, " bytes, its header "
+                "describes ", 8 + len + data_end);
   const auto& meta = json["__metadata__"];
   KILN_CHECK_IO(meta.contains("global_step") && meta["global_step"].is_string() && meta.contains("checksum") &&
                     meta["checksum"].is_string(),
@@ -77,68 +93,45 @@ std::pair<int64_t, uint64_t> read_header(const fs::path& path) {
   return {step, sum};
 }
 
-}  // namespace
-
-AgreedCheckpoint agree_on_checkpoint(ProcessGroup* group, const std::string& dir) {
-  AgreedCheckpoint out;
-  // This rank's proposals, newest first.
-  std::vector<std::pair<int64_t, fs::path>> files;
+// A checkpoint found damaged is renamed aside, never deleted: "<name>.corrupt" no longer matches
+// step_<N>.safetensors, so no later start proposes it, and it stays for inspection. Another rank
+// on a shared file system may have renamed it first.
+void set_aside(const fs::path& path) {
   std::error_code ec;
-  if (!dir.empty() && fs::is_directory(dir, ec))
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const int64_t step = step_of(entry.path().filename().string());
-      if (step >= 0 && entry.is_regular_file(ec)) files.emplace_back(step, entry.path());
-    }
-  std::sort(files.begin(), files.end(), [](auto& a, auto& b) { return a.first > b.first; });
-  std::vector<Proposal> mine;
-  std::vector<std::string> unreadable;
-  for (const auto& [step, path] : files) {
-    if (int(mine.size()) == kMaxCheckpointProposals) break;
-    try {
-      auto [s, sum] = read_header(path);
-      mine.push_back({s, sum, path});
-    } catch (const Error& e) {
-      unreadable.push_back(path.filename().string() + ": unreadable here (" + e.what() + ")");
-    }
-  }
+  fs::rename(path, fs::path(path.string() + ".corrupt"), ec);
+}
 
-  // All ranks' proposals: a row of 1 + 2K int64 per rank, [count, step, checksum, ...].
-  const int world = group ? group->size() : 1;
-  const int64_t row = 1 + 2 * kMaxCheckpointProposals;
-  std::vector<int64_t> all(size_t(world * row), 0);
-  {
-    std::vector<int64_t> local(size_t(row), 0);
-    local[0] = int64_t(mine.size());
-    for (size_t i = 0; i < mine.size(); ++i) {
-      local[1 + 2 * i] = mine[i].step;
-      std::memcpy(&local[2 + 2 * i], &mine[i].checksum, 8);
-    }
-    if (world == 1) {
-      all = local;
-    } else {
-      Tensor in = empty({row}, TensorOptions(DType::i64));
-      std::memcpy(in.data_ptr(), local.data(), local.size() * 8);
-      Tensor dev_in = in.to(group->device());
-      Tensor dev_out = empty({world * row}, TensorOptions(DType::i64).device(group->device()));
-      group->allgather(dev_out, dev_in)->wait();
-      Tensor host = dev_out.to(Device::cpu());
-      std::memcpy(all.data(), host.data_ptr(), all.size() * 8);
-    }
-  }
-  // rank -> (step -> checksum)
-  std::vector<std::map<int64_t, uint64_t>> seen(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    const int64_t* p = all.data() + r * row;
-    for (int64_t i = 0; i < std::min<int64_t>(p[0], kMaxCheckpointProposals); ++i) {
-      uint64_t sum = 0;
-      std::memcpy(&sum, &p[2 + 2 * i], 8);
-      seen[size_t(r)][p[1 + 2 * i]] = sum;
-    }
-  }
-  // Every (step, checksum) any rank proposed, newest first; the first that all ranks share wins.
+std::string rank_list(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+// Every rank's row of int64 (the same length on all), rank-major; this rank's alone without a group.
+std::vector<int64_t> allgather_rows(ProcessGroup* group, const std::vector<int64_t>& local) {
+  if (!group || group->size() == 1) return local;
+  const int64_t row = int64_t(local.size());
+  Tensor in = empty({row}, TensorOptions(DType::i64));
+  std::memcpy(in.data_ptr(), local.data(), local.size() * 8);
+  Tensor dev_in = in.to(group->device());
+  Tensor dev_out = empty({group->size() * row}, TensorOptions(DType::i64).device(group->device()));
+  group->allgather(dev_out, dev_in)->wait();
+  Tensor host = dev_out.to(Device::cpu());
+  std::vector<int64_t> all(size_t(group->size() * row));
+  std::memcpy(all.data(), host.data_ptr(), all.size() * 8);
+  return all;
+}
+
+// The newest (step, checksum) every rank proposed, skipping the steps in `bad`; `skipped` gets the
+// newer ones not used and why (identically on every rank).
+AgreedCheckpoint pick(const std::vector<std::map<int64_t, uint64_t>>& seen, const std::vector<Proposal>& mine,
+                      const std::set<int64_t>& bad) {
+  AgreedCheckpoint out;
+  const int world = int(seen.size());
   std::map<int64_t, std::map<uint64_t, int>, std::greater<>> candidates;
   for (const auto& s : seen)
-    for (const auto& [step, sum] : s) ++candidates[step][sum];
+    for (const auto& [step, sum] : s)
+      if (!bad.count(step)) ++candidates[step][sum];
   for (const auto& [step, sums] : candidates) {
     for (const auto& [sum, count] : sums) {
       if (count == world) {
@@ -149,7 +142,7 @@ AgreedCheckpoint agree_on_checkpoint(ProcessGroup* group, const std::string& dir
       }
     }
     if (out.step >= 0) break;
-    // Skipped: say which ranks lack it or hold other content (identically on every rank).
+    // Skipped: say which ranks lack it or hold other content.
     std::vector<int> missing, different;
     const uint64_t first = sums.begin()->first;
     for (int r = 0; r < world; ++r) {
@@ -157,18 +150,105 @@ AgreedCheckpoint agree_on_checkpoint(ProcessGroup* group, const std::string& dir
       if (it == seen[size_t(r)].end()) missing.push_back(r);
       else if (it->second != first) different.push_back(r);
     }
-    auto ranks = [](const std::vector<int>& v) {
-      std::string s;
-      for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-      return s;
-    };
     std::string why = "step_" + std::to_string(step) + ".safetensors: ";
-    if (!missing.empty()) why += "missing on rank(s) " + ranks(missing);
-    if (!different.empty()) why += std::string(missing.empty() ? "" : "; ") + "different content on rank(s) " + ranks(different);
+    if (!missing.empty()) why += "missing on rank(s) " + rank_list(missing);
+    if (!different.empty())
+      why += std::string(missing.empty() ? "" : "; ") + "different content on rank(s) " + rank_list(different);
     out.skipped.push_back(why);
   }
   KILN_ASSERT(out.step < 0 || !out.path.empty(), "the agreed checkpoint is not among this rank's own");
+  return out;
+}
+
+}  // namespace
+
+AgreedCheckpoint agree_on_checkpoint(ProcessGroup* group, const std::string& dir) {
+  // This rank's proposals, newest first.
+  std::vector<std::pair<int64_t, fs::path>> files;
+  std::error_code ec;
+  if (!dir.empty() && fs::is_directory(dir, ec))
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const int64_t step = step_of(entry.path().filename().string());
+      if (step >= 0 && entry.is_regular_file(ec)) files.emplace_back(step, entry.path());
+    }
+  std::sort(files.begin(), files.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  // Partial writes of a process killed while it saved (save_safetensors writes <name>.tmp, then
+  // renames): nothing writes to this directory while the job starts, so they can only be stale.
+  std::vector<std::string> removed;
+  if (!dir.empty() && fs::is_directory(dir, ec))
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("step_", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+          entry.is_regular_file(ec)) {
+        const auto bytes = entry.file_size(ec);
+        if (fs::remove(entry.path(), ec))
+          removed.push_back(name + ": a partial write (" + std::to_string(bytes) + " bytes), removed");
+      }
+    }
+  std::vector<Proposal> mine;
+  std::vector<std::string> unreadable;
+  for (const auto& [step, path] : files) {
+    if (int(mine.size()) == kMaxCheckpointProposals) break;
+    try {
+      auto [s, sum] = read_header(path);
+      mine.push_back({s, sum, path});
+    } catch (const Error& e) {
+      unreadable.push_back(path.filename().string() + ": unreadable here (" + e.what() + "); renamed aside as " +
+                           path.filename().string() + ".corrupt");
+      set_aside(path);
+    }
+  }
+
+  // All ranks' proposals: a row of 1 + 2K int64 per rank, [count, step, checksum, ...].
+  const int world = group ? group->size() : 1;
+  const int64_t row = 1 + 2 * kMaxCheckpointProposals;
+  std::vector<int64_t> local(size_t(row), 0);
+  local[0] = int64_t(mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    local[1 + 2 * i] = mine[i].step;
+    std::memcpy(&local[2 + 2 * i], &mine[i].checksum, 8);
+  }
+  const std::vector<int64_t> all = allgather_rows(group, local);
+  // rank -> (step -> checksum)
+  std::vector<std::map<int64_t, uint64_t>> seen(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const int64_t* p = all.data() + r * row;
+    for (int64_t i = 0; i < std::min<int64_t>(p[0], kMaxCheckpointProposals); ++i) {
+      uint64_t sum = 0;
+      std::memcpy(&sum, &p[2 + 2 * i], 8);
+      seen[size_t(r)][p[1 + 2 * i]] = sum;
+    }
+  }
+  // Note [Verifying the agreed checkpoint]: the headers say which checkpoint every rank has, not
+  // whether its data survived (a flipped byte, a bad copy). Each rank reads the one picked and checks
+  // it against its checksum (optim::verify_checkpoint: one read of the file before the load reads it
+  // again); if it fails on any rank, every rank sets that step aside and picks again.
+  std::set<int64_t> bad;
+  std::vector<std::string> corrupt;
+  AgreedCheckpoint out;
+  for (;;) {
+    out = pick(seen, mine, bad);
+    if (out.step < 0) break;
+    std::string why;
+    try {
+      optim::verify_checkpoint(out.path);
+    } catch (const Error& e) {
+      why = e.what();
+      set_aside(fs::path(out.path));
+    }
+    const std::vector<int64_t> failed = allgather_rows(group, {why.empty() ? 0 : 1});
+    std::vector<int> ranks;
+    for (int r = 0; r < world; ++r)
+      if (failed[size_t(r)]) ranks.push_back(r);
+    if (ranks.empty()) break;
+    const std::string name = fs::path(out.path).filename().string();
+    corrupt.push_back(name + ": its data does not match its checksum on rank(s) " + rank_list(ranks) +
+                      "; renamed aside as " + name + ".corrupt there" + (world == 1 ? " (" + why + ")" : ""));
+    bad.insert(out.step);
+  }
+  for (std::string& c : corrupt) out.skipped.push_back(std::move(c));
   for (std::string& u : unreadable) out.skipped.push_back(std::move(u));
+  for (std::string& r : removed) out.skipped.push_back(std::move(r));
   return out;
 }
 

@@ -23,9 +23,13 @@ struct AgreedCheckpoint {
 // Newest checkpoints each rank proposes (older ones are not considered).
 inline constexpr int kMaxCheckpointProposals = 16;
 
-// Collective over `group` (every rank calls it; null means this process alone). Reads only the
-// files' headers: "step_<N>.safetensors" names in `dir` whose metadata carries global_step and
-// checksum (optim/checkpoint.h); a file whose header cannot be read is skipped and named.
+// Collective over `group` (every rank calls it; null means this process alone). Reads the files'
+// headers: "step_<N>.safetensors" names in `dir` whose metadata carries global_step and checksum
+// (optim/checkpoint.h); then reads the picked one whole and checks its data against the checksum on
+// every rank. A file whose header cannot be read, whose size differs from what its header describes,
+// or whose data fails the check is renamed aside as "<name>.corrupt" (not deleted), named in
+// `skipped`, and the next older common checkpoint is tried: a requeued job resumes from the newest
+// good one.
 AgreedCheckpoint agree_on_checkpoint(ProcessGroup* group, const std::string& dir);
 
 // One line for the log: "resuming from <path> (step N)" or "no checkpoint common to all ranks:

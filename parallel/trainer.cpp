@@ -386,7 +386,11 @@ void Trainer::checkpoint_if_due() {
   if (options_.checkpoint_every_ == 0 || global_step_ % options_.checkpoint_every_ != 0) return;
   std::string cursor = options_.checkpoint_cursor_ ? options_.checkpoint_cursor_() : std::string();
   save_checkpoint(checkpoint_path(options_.checkpoint_dir_, global_step_), cursor);
-  if (rank_ != 0 || options_.keep_last_checkpoints_ == 0) return;
+  prune_checkpoints();
+}
+
+void Trainer::prune_checkpoints() {
+  if (rank_ != 0 || options_.keep_last_checkpoints_ == 0 || options_.checkpoint_dir_.empty()) return;
   auto all = list_checkpoints(options_.checkpoint_dir_);
   const size_t keep = size_t(options_.keep_last_checkpoints_);
   for (size_t i = 0; i + keep < all.size(); ++i) {

@@ -130,6 +130,10 @@ class Trainer {
   // default-generator state, the scaler state and `data_cursor` (optim/checkpoint.h format);
   // then every rank waits at a barrier. Collective.
   void save_checkpoint(const std::string& path, const std::string& data_cursor = "");
+  // Rank 0 removes the oldest step_<N>.safetensors in checkpoint_dir (and their shard files) beyond
+  // keep_last_checkpoints (0: keeps all); the automatic checkpoints do it after each write, and a
+  // loop that writes a final checkpoint itself calls it after that one.
+  void prune_checkpoints();
   // Every rank restores all of the above (its own rank's generator state) and returns the data
   // cursor; an empty path returns nullopt and changes nothing, so
   // `load_checkpoint(Trainer::latest_checkpoint(dir))` resumes when there is something to resume.

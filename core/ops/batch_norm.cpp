@@ -19,7 +19,7 @@ int64_t values_per_channel(const Tensor& x) {
 }
 
 void check_input(const char* op, const Tensor& x) {
-  KILN_CHECK(x.defined(), op, ": the input is an undefined tensor");
+  KILN_CHECK_VALUE(x.defined(), op, ": the input is an undefined tensor");
   KILN_CHECK(x.dim() >= 2, op, ": expected an input (N, C, ...) with at least 2 dims, got shape ", x.shape());
   KILN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input, got ", x.dtype());
 }

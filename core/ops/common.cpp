@@ -50,11 +50,13 @@ bool in_storage(const Tensor& t) {
 }  // namespace
 
 void check_in_storage(const Tensor& t, const char* op, const char* arg) {
+  check_defined(t, op, arg);
   if (!in_storage(t)) [[unlikely]]
     throw_outside_storage(t, op, arg);
 }
 
 void check_in_storage(const Tensor& t, const char* op, int arg) {
+  KILN_CHECK_VALUE(t.defined(), op, ": argument ", arg, " is an undefined tensor");
   if (!in_storage(t)) [[unlikely]]
     throw_outside_storage(t, op, "argument " + std::to_string(arg));
 }
@@ -62,7 +64,7 @@ void check_in_storage(const Tensor& t, const char* op, int arg) {
 void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
   int i = 0;
   for (const Tensor* t : tensors) {
-    KILN_CHECK(t->defined(), op, ": argument ", i, " is an undefined tensor");
+    KILN_CHECK_VALUE(t->defined(), op, ": argument ", i, " is an undefined tensor");
     KILN_CHECK(t->device().is_cpu(), op, ": no kernel for tensors on ", t->device(),
                " yet (argument ", i, " of shape ", t->shape(), "); move it to the CPU with .to(Device::cpu())");
     check_in_storage(*t, op, i);
@@ -77,7 +79,7 @@ bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
     if (any) {
       int i = 0;
       for (const Tensor* t : tensors) {
-        KILN_CHECK(t->defined(), op, ": argument ", i, " is an undefined tensor");
+        KILN_CHECK_VALUE(t->defined(), op, ": argument ", i, " is an undefined tensor");
         check_same_device(op, **tensors.begin(), *t);
         check_in_storage(*t, op, i);
         ++i;

@@ -32,7 +32,7 @@ Device op_device(const char* name, std::initializer_list<const Tensor*> ts) {
   const Tensor* first = nullptr;
   int i = 0;
   for (const Tensor* t : ts) {
-    KILN_CHECK(t->defined(), name, ": argument ", i, " is an undefined tensor");
+    KILN_CHECK_VALUE(t->defined(), name, ": argument ", i, " is an undefined tensor");
     check_in_storage(*t, name, i);  // Note [Reads within the storage]
     ++i;
     if (is_cpu_scalar(*t)) continue;

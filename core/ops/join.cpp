@@ -13,13 +13,13 @@ namespace {
 void check_inputs(const char* op, const std::vector<Tensor>& tensors) {
   KILN_CHECK(!tensors.empty(), op, ": expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
-    KILN_CHECK(tensors[i].defined(), op, ": tensor ", i, " is undefined");
+    KILN_CHECK_VALUE(tensors[i].defined(), op, ": tensor ", i, " is undefined");
     KILN_CHECK(tensors[i].device() == tensors[0].device(), op, ": expected tensors on one device, but tensor ", i,
                " is on ", tensors[i].device(), " and tensor 0 on ", tensors[0].device());
   }
 }
 
-void check_view_input(const char* op, const Tensor& x) { KILN_CHECK(x.defined(), op, ": the input is undefined"); }
+void check_view_input(const char* op, const Tensor& x) { KILN_CHECK_VALUE(x.defined(), op, ": the input is undefined"); }
 
 // cat without the input checks; `dim` already wrapped.
 Tensor cat_impl(const char* op, const std::vector<Tensor>& tensors, int64_t dim) {

@@ -16,3 +16,40 @@ ckpt="$work/straight/step_20.safetensors"
 with=$("$bin/sample_gpt" --checkpoint "$ckpt" --prompt-ids 1,2,3 --tokens 20 --temperature 0 --threads 1)
 without=$("$bin/sample_gpt" --checkpoint "$ckpt" --prompt-ids 1,2,3 --tokens 20 --temperature 0 --threads 1 --no-kv-cache)
 [ "$with" = "$without" ] || { echo "sample_gpt: KV cache output differs: '$with' vs '$without'"; exit 1; }
+# A checkpoint whose data was damaged after it was written: sample_gpt refuses it, naming the file
+# and the checksum (it used to load it and print garbage with status 0); --no-verify skips the check.
+bad="$work/straight/bad.safetensors"  # beside config.json, which gives sample_gpt the shape
+cp "$ckpt" "$bad"
+python3 - "$bad" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-3, 2)
+    b = f.read(1)
+    f.seek(-3, 2)
+    f.write(bytes([b[0] ^ 0x5A]))
+PY
+if out=$("$bin/sample_gpt" --checkpoint "$bad" --prompt-ids 1,2,3 --tokens 5 --temperature 0 --threads 1 2>&1); then
+  echo "sample_gpt sampled from a corrupt checkpoint: $out"; exit 1
+fi
+case "$out" in *"bad.safetensors"*"checksum mismatch"*) ;; *) echo "sample_gpt: unexpected error: $out"; exit 1 ;; esac
+"$bin/sample_gpt" --checkpoint "$bad" --prompt-ids 1,2,3 --tokens 5 --temperature 0 --threads 1 --no-verify >/dev/null
+# --resume with a damaged newest checkpoint: set aside, resumed from the one before (not a failure).
+cp -r "$work/split" "$work/damaged"  # step_10 (the stop) and step_20
+python3 - "$work/damaged/step_20.safetensors" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-3, 2)
+    b = f.read(1)
+    f.seek(-3, 2)
+    f.write(bytes([b[0] ^ 0x5A]))
+PY
+out=$("$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/damaged" --metrics "$work/damaged.jsonl" --resume)
+echo "$out" | grep -q "resumed from .*step_10.safetensors" || { echo "resume did not fall back to step 10: $out"; exit 1; }
+echo "$out" | grep -q "checkpoint not used: step_20.safetensors: its data does not match its checksum" || { echo "no reason given: $out"; exit 1; }
+test -f "$work/damaged/step_20.safetensors.corrupt"
+# --checkpoint-every keeps the last 2, the final checkpoint included: 5 and 10 automatic, 12 at the
+# end -> step_10 and step_12 stay.
+"$bin/train_gpt" "${tiny_gpt[@]}" --steps 12 --warmup-steps 3 --lr 3e-3 --log-every 6 --checkpoint-every 5 \
+  --checkpoint-dir "$work/pruned" >/dev/null
+kept=$(cd "$work/pruned" && ls step_*.safetensors | sort -V | tr '\n' ' ')
+[ "$kept" = "step_10.safetensors step_12.safetensors " ] || { echo "kept: $kept (expected step_10 and step_12)"; exit 1; }

@@ -79,3 +79,63 @@ TEST_CASE("alone: the newest readable checkpoint; a damaged header is skipped an
   CHECK(a.skipped[0].find("step_9.safetensors: unreadable here") == 0);
   CHECK(agree_on_checkpoint(nullptr, tmp.path + "/none").step == -1);
 }
+
+namespace {
+
+// Flips one byte `from_end` bytes before the end of the file (in the tensor data).
+void flip_byte(const std::string& path, int64_t from_end) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-from_end, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(-from_end, std::ios::end);
+  c = char(c ^ 0x5a);
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+TEST_CASE("alone: a newest checkpoint with a flipped data byte or a cut tail is set aside, the previous one used") {
+  test::TempDir tmp("kiln_agree");
+  write_checkpoint(tmp.path, 6, 1.0f);
+  write_checkpoint(tmp.path, 8, 2.0f);
+  write_checkpoint(tmp.path, 10, 3.0f);
+  flip_byte(tmp.path + "/step_10.safetensors", 2);  // the header still reads; the data does not match
+  const std::string step8 = tmp.path + "/step_8.safetensors";
+  fs::resize_file(step8, fs::file_size(step8) - 4);  // a cut tail
+  std::ofstream(tmp.path + "/step_12.safetensors.tmp") << "partial";  // a write killed half-way
+  const AgreedCheckpoint a = agree_on_checkpoint(nullptr, tmp.path);
+  CHECK(a.step == 6);
+  CHECK(a.path == tmp.path + "/step_6.safetensors");
+  REQUIRE(a.skipped.size() == 3);
+  CHECK(a.skipped[2] == "step_12.safetensors.tmp: a partial write (7 bytes), removed");
+  CHECK_FALSE(fs::exists(tmp.path + "/step_12.safetensors.tmp"));
+  CHECK(a.skipped[0].find("step_10.safetensors: its data does not match its checksum on rank(s) 0") == 0);
+  CHECK(a.skipped[0].find("checksum mismatch") != std::string::npos);
+  CHECK(a.skipped[1].find("step_8.safetensors: unreadable here (truncated: the file has") == 0);
+  // Set aside, not deleted: the next start does not see them, and nobody lost the bytes.
+  CHECK(fs::exists(tmp.path + "/step_10.safetensors.corrupt"));
+  CHECK(fs::exists(step8 + ".corrupt"));
+  CHECK_FALSE(fs::exists(tmp.path + "/step_10.safetensors"));
+  const AgreedCheckpoint again = agree_on_checkpoint(nullptr, tmp.path);
+  CHECK(again.step == 6);
+  CHECK(again.skipped.empty());
+}
+
+TEST_CASE("a checkpoint corrupt on one rank only is set aside by all: every rank resumes the older one") {
+  test::TempDir tmp("kiln_agree");
+  for (int r = 0; r < 3; ++r) {
+    write_checkpoint(rank_dir(tmp.path, r), 4, 1.0f);
+    write_checkpoint(rank_dir(tmp.path, r), 8, 2.0f);
+  }
+  flip_byte(rank_dir(tmp.path, 1) + "/step_8.safetensors", 3);
+  test::run_ranks(3, [&](ProcessGroup& pg) {
+    const AgreedCheckpoint a = agree_on_checkpoint(&pg, rank_dir(tmp.path, pg.rank()));
+    test::expect(a.step == 4, "agreed step " + std::to_string(a.step) + ", expected 4");
+    test::expect(a.skipped.size() == 1 &&
+                     a.skipped[0].find("step_8.safetensors: its data does not match its checksum on rank(s) 1;") == 0,
+                 a.skipped.empty() ? std::string("nothing skipped") : a.skipped[0]);
+  });
+  CHECK(fs::exists(rank_dir(tmp.path, 1) + "/step_8.safetensors.corrupt"));
+  CHECK(fs::exists(rank_dir(tmp.path, 0) + "/step_8.safetensors"));  // good copies stay where they are
+}
