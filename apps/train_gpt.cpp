@@ -118,6 +118,7 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
 }
 
 int run(Args a) {
+  dist::PreemptionGuard preemption;  // before any thread starts (Note [Signals and oneDNN])
   if (a.threads > 0) set_num_threads(a.threads);
   const models::GPTConfig config = apps::apply_overrides(a.shape, models::gpt_config(a.shape.model));
   KILN_CHECK(a.seq_len <= config.block_size, "--seq-len ", a.seq_len, " exceeds the model's context ", config.block_size);
@@ -216,6 +217,11 @@ int run(Args a) {
   apps::LogWindow window;
   apps::StepProfiler profiler(a.profile, job.group, device);
   std::vector<Tensor> static_x, static_y;  // --cuda-graph: one (B, T) pair per micro-step
+  // SIGTERM/SIGINT/SIGUSR1: finish the step, checkpoint, exit 75 (Note [Preemption]; the guard is
+  // made first thing in run(), before any thread). With NCCL the ranks agree at log steps, which read
+  // the device anyway; on the CPU after every step.
+  const int64_t preempt_every = device.is_cuda() && world > 1 ? a.log_every : 1;
+  bool preempted = false;
   while (trainer.global_step() < end_step) {
     const int64_t step = trainer.global_step();
     const bool log = step == first_step || (step + 1) % a.log_every == 0 || step + 1 == end_step;
@@ -254,6 +260,10 @@ int run(Args a) {
       if (trainer.fsdp()) trainer.sync_buffers();  // FSDP: gathers the root unit the forward reads first
       report.eval(step + 1, apps::validation_loss(*model, *val_loader, eval_batches, amp, device, job.group));
     }
+    if (trainer.global_step() < end_step && preemption.stop_requested(job.group.get(), step, preempt_every)) {
+      preempted = true;
+      break;
+    }
   }
 
   profiler.finish();
@@ -262,6 +272,16 @@ int run(Args a) {
     trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, done), train_loader.cursor());
   if (!a.checkpoint_dir.empty() && a.checkpoint_every > 0) trainer.prune_checkpoints();  // the final one counts too
   report.finish(done, a.loss_svg);
+  if (preempted) {
+    if (job.main())
+      std::printf("train_gpt: stopped by a signal after step %lld%s; exit status %d (resume with --resume)\n",
+                  (long long)done,
+                  a.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)"
+                                           : (", checkpoint " + dist::Trainer::checkpoint_path(a.checkpoint_dir, done)).c_str(),
+                  dist::kPreemptedExitStatus);
+    std::fflush(stdout);
+    return dist::kPreemptedExitStatus;
+  }
   return 0;
 }
 
@@ -270,7 +290,9 @@ int run(Args a) {
 int main(int argc, char** argv) {
   CLI::App app{"train_gpt: train the bundled GPT on llm.c-format token shards (kiln-make-shards writes them). "
                "Single process, or one rank per process under kiln-run/torchrun/srun/mpirun (Gloo on the CPU); "
-               "the loss printed and recorded is the mean over ranks and micro-steps.",
+               "the loss printed and recorded is the mean over ranks and micro-steps. SIGTERM, SIGINT or SIGUSR1 "
+               "(SLURM's --signal): the ranks finish the step, checkpoint it (--checkpoint-dir) and exit 75; "
+               "--resume continues with no step lost; a second SIGTERM/SIGINT ends it at once.",
                "train_gpt"};
   Args args;
   double floor_flag = std::numeric_limits<double>::quiet_NaN();

@@ -5,6 +5,7 @@
 
 #include <kiln/parallel/checked_process_group.h>
 #include <kiln/parallel/checkpoint_agreement.h>
+#include <kiln/parallel/preemption.h>
 #include <kiln/parallel/comm_hooks.h>
 #include <kiln/parallel/debug_level.h>
 #include <kiln/parallel/ddp.h>
