@@ -60,7 +60,7 @@ void load_weights(models::GPT& model, const std::string& path, bool verify) {
     models::load_gpt_hf(model, path);
     return;
   }
-  if (verify) file = optim::load_verified_checkpoint(path, "sample_gpt");
+  if (verify) optim::verify_loaded_checkpoint(file, path, "sample_gpt");
   std::map<std::string, Tensor> state;
   for (auto& [name, t] : file.tensors)
     if (name.rfind("model.", 0) == 0) state.emplace(name.substr(6), t);

@@ -129,6 +129,11 @@ SafetensorsFile load_verified_checkpoint(const std::string& path, const char* wh
   } catch (const Error& e) {
     KILN_FAIL_IO(who, ": ", path, ": not a readable checkpoint (truncated or corrupt?): ", e.what());
   }
+  verify_loaded_checkpoint(file, path, who);
+  return file;
+}
+
+void verify_loaded_checkpoint(const SafetensorsFile& file, const std::string& path, const char* who) {
   const auto& meta = file.metadata;
   auto format = meta.find("format");
   KILN_CHECK_IO(format != meta.end() && format->second == kFormat, who, ": ", path,
@@ -142,7 +147,6 @@ SafetensorsFile load_verified_checkpoint(const std::string& path, const char* wh
   const std::string actual = checksum(file.tensors);
   KILN_CHECK_IO(actual == sum->second, who, ": ", path, ": checksum mismatch (stored ", sum->second,
                 ", data hashes to ", actual, "): the file is corrupt");
-  return file;
 }
 
 void verify_checkpoint(const std::string& path) { (void)load_verified_checkpoint(path, "verify_checkpoint"); }

@@ -75,4 +75,7 @@ void verify_checkpoint(const std::string& path);
 // The file, verified as verify_checkpoint does; `who` starts every error message.
 SafetensorsFile load_verified_checkpoint(const std::string& path, const char* who);
 
+// The same checks on a file already read from `path` (no second read).
+void verify_loaded_checkpoint(const SafetensorsFile& file, const std::string& path, const char* who);
+
 }  // namespace kiln::optim

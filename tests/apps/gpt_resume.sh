@@ -16,11 +16,9 @@ ckpt="$work/straight/step_20.safetensors"
 with=$("$bin/sample_gpt" --checkpoint "$ckpt" --prompt-ids 1,2,3 --tokens 20 --temperature 0 --threads 1)
 without=$("$bin/sample_gpt" --checkpoint "$ckpt" --prompt-ids 1,2,3 --tokens 20 --temperature 0 --threads 1 --no-kv-cache)
 [ "$with" = "$without" ] || { echo "sample_gpt: KV cache output differs: '$with' vs '$without'"; exit 1; }
-# A checkpoint whose data was damaged after it was written: sample_gpt refuses it, naming the file
-# and the checksum (it used to load it and print garbage with status 0); --no-verify skips the check.
-bad="$work/straight/bad.safetensors"  # beside config.json, which gives sample_gpt the shape
-cp "$ckpt" "$bad"
-python3 - "$bad" <<'PY'
+# flip_data_byte FILE: damages one byte of the tensor data (3 bytes before the end) in place.
+flip_data_byte() {
+  python3 - "$1" <<'PY'
 import sys
 with open(sys.argv[1], "r+b") as f:
     f.seek(-3, 2)
@@ -28,6 +26,12 @@ with open(sys.argv[1], "r+b") as f:
     f.seek(-3, 2)
     f.write(bytes([b[0] ^ 0x5A]))
 PY
+}
+# A checkpoint whose data was damaged after it was written: sample_gpt refuses it, naming the file
+# and the checksum (it used to load it and print garbage with status 0); --no-verify skips the check.
+bad="$work/straight/bad.safetensors"  # beside config.json, which gives sample_gpt the shape
+cp "$ckpt" "$bad"
+flip_data_byte "$bad"
 if out=$("$bin/sample_gpt" --checkpoint "$bad" --prompt-ids 1,2,3 --tokens 5 --temperature 0 --threads 1 2>&1); then
   echo "sample_gpt sampled from a corrupt checkpoint: $out"; exit 1
 fi
@@ -35,14 +39,7 @@ case "$out" in *"bad.safetensors"*"checksum mismatch"*) ;; *) echo "sample_gpt: 
 "$bin/sample_gpt" --checkpoint "$bad" --prompt-ids 1,2,3 --tokens 5 --temperature 0 --threads 1 --no-verify >/dev/null
 # --resume with a damaged newest checkpoint: set aside, resumed from the one before (not a failure).
 cp -r "$work/split" "$work/damaged"  # step_10 (the stop) and step_20
-python3 - "$work/damaged/step_20.safetensors" <<'PY'
-import sys
-with open(sys.argv[1], "r+b") as f:
-    f.seek(-3, 2)
-    b = f.read(1)
-    f.seek(-3, 2)
-    f.write(bytes([b[0] ^ 0x5A]))
-PY
+flip_data_byte "$work/damaged/step_20.safetensors"
 out=$("$bin/train_gpt" "${common[@]}" --checkpoint-dir "$work/damaged" --metrics "$work/damaged.jsonl" --resume)
 echo "$out" | grep -q "resumed from .*step_10.safetensors" || { echo "resume did not fall back to step 10: $out"; exit 1; }
 echo "$out" | grep -q "checkpoint not used: step_20.safetensors: its data does not match its checksum" || { echo "no reason given: $out"; exit 1; }
