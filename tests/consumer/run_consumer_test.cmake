@@ -1,7 +1,9 @@
 # CTest driver (cmake -P) for the embedding story: install the current build into a temporary
 # prefix, check the installed headers compile with only <prefix>/include, build tests/consumer from
-# a clean directory against the prefix, run it with 1 rank and under kiln-run with 2, and check
-# that every C++ block of README "Embedding Kiln" is one of the consumer's compiled sources.
+# a clean directory against the prefix, run it with 1 rank and under kiln-run with 2, build and run
+# every program of examples/ from the package (trainer_ddp also under the installed kiln-run with 2
+# ranks), and check that every C++ block of README "Embedding Kiln" is one of the consumer's
+# compiled sources.
 # Inputs (-D): KILN_BUILD_DIR, KILN_SOURCE_DIR, WORK_DIR, CXX, GENERATOR.
 cmake_minimum_required(VERSION 3.24)
 
@@ -69,7 +71,7 @@ endif()
 run_step("configuring tests/consumer" ${CMAKE_COMMAND} -S ${KILN_SOURCE_DIR}/tests/consumer -B ${consumer_build}
          -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${prefix}
          ${launcher})
-run_step("building tests/consumer" ${CMAKE_COMMAND} --build ${consumer_build} -j 1)
+run_step("building tests/consumer" ${CMAKE_COMMAND} --build ${consumer_build} -j 2)
 
 # 5. Run: the API tour, then the consumer with 1 rank and with 2 under the installed kiln-run.
 run_step("kiln_api_tour" ${consumer_build}/kiln_api_tour)
@@ -103,25 +105,87 @@ run_step("kiln-run --nproc-per-node 2 kiln_consumer" ${prefix}/bin/kiln-run --np
          ${consumer_build}/kiln_consumer ${WORK_DIR}/two_ranks.safetensors)
 check_consumer_output("kiln_consumer, 2 ranks" "${step_output}" 2)
 
-# 6. Every ```cpp block of README "Embedding Kiln" is compiled: it appears in main.cpp or
-# api_tour.cpp (indentation aside).
-file(READ ${KILN_SOURCE_DIR}/README.md readme)
-string(FIND "${readme}" "\n## Embedding Kiln" start)
-if(start EQUAL -1)
-  message(FATAL_ERROR "README.md has no '## Embedding Kiln' section")
+# 6. The examples from the package, each in a folder of its own (they write into the current
+# directory). cuda exits 77 without CUDA or a GPU: accepted there only.
+file(GLOB examples ${KILN_SOURCE_DIR}/examples/*.cpp)
+list(LENGTH examples example_count)
+if(example_count LESS 5)
+  message(FATAL_ERROR "examples/: expected at least 5 programs, found ${example_count}")
 endif()
-string(SUBSTRING "${readme}" ${start} -1 section)
-string(SUBSTRING "${section}" 1 -1 rest)
-string(FIND "${rest}" "\n## " end)
-if(NOT end EQUAL -1)
-  string(SUBSTRING "${section}" 0 ${end} section)
+foreach(src ${examples})
+  get_filename_component(name ${src} NAME_WE)
+  set(run_dir ${WORK_DIR}/examples/${name})
+  file(MAKE_DIRECTORY ${run_dir})
+  execute_process(COMMAND ${consumer_build}/ex_${name} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  WORKING_DIRECTORY ${run_dir})
+  if(rc EQUAL 77 AND name STREQUAL "cuda")
+    message(STATUS "ex_${name} (installed): skipped (no GPU)")
+  elseif(NOT rc EQUAL 0)
+    message(FATAL_ERROR "ex_${name} built from the installed package failed (${rc}):\n${out}\n${err}")
+  else()
+    message(STATUS "ex_${name} (installed): ok\n${out}")
+  endif()
+endforeach()
+file(MAKE_DIRECTORY ${WORK_DIR}/examples/trainer_ddp_2ranks)
+execute_process(COMMAND ${prefix}/bin/kiln-run --nproc-per-node 2 --standalone ${consumer_build}/ex_trainer_ddp
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                WORKING_DIRECTORY ${WORK_DIR}/examples/trainer_ddp_2ranks)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "kiln-run --nproc-per-node 2 ex_trainer_ddp (installed) failed (${rc}):\n${out}\n${err}")
+endif()
+
+# 7. Every C++ block (```cpp or ```c++) of the "Embedding Kiln" section, in README.md or a page of
+# docs/, is compiled: it appears in main.cpp, api_tour.cpp or examples/ (indentation aside).
+# (scripts/check-docs.py compiles every whole-program ```cpp block of the docs on its own.)
+file(GLOB doc_pages ${KILN_SOURCE_DIR}/docs/*.md)
+set(section "")
+foreach(page ${KILN_SOURCE_DIR}/README.md ${doc_pages})
+  file(READ ${page} text)
+  string(REGEX MATCH "\n#+ Embedding Kiln[^\n]*\n" heading "\n${text}")
+  if(heading)
+    string(FIND "\n${text}" "${heading}" start)
+    string(SUBSTRING "\n${text}" ${start} -1 section)
+    string(REGEX REPLACE "^\n(#+) .*" "\\1" level "${heading}")
+    string(LENGTH "${level}" this_level)
+    # The section ends at the next heading of its level or above; a page titled "# Embedding Kiln"
+    # is all section. Lines of one '#' are not taken as headings there: shell comments in code blocks.
+    string(SUBSTRING "${section}" 1 -1 scan)
+    set(offset 1)
+    while(this_level GREATER 1)
+      string(REGEX MATCH "\n(##+) [^\n]*" next "${scan}")
+      if(NOT next)
+        break()
+      endif()
+      string(FIND "${scan}" "${next}" at)
+      string(LENGTH "${CMAKE_MATCH_1}" next_level)
+      if(next_level LESS_EQUAL this_level)
+        math(EXPR end "${offset} + ${at}")
+        string(SUBSTRING "${section}" 0 ${end} section)
+        break()
+      endif()
+      math(EXPR skip "${at} + 1")
+      string(SUBSTRING "${scan}" ${skip} -1 scan)
+      math(EXPR offset "${offset} + ${skip}")
+    endwhile()
+    file(RELATIVE_PATH section_file ${KILN_SOURCE_DIR} ${page})
+    break()
+  endif()
+endforeach()
+if(section STREQUAL "")
+  message(FATAL_ERROR "neither README.md nor docs/*.md has an 'Embedding Kiln' section (find_package(Kiln), "
+                      "the API tour of tests/consumer/api_tour.cpp)")
 endif()
 file(READ ${KILN_SOURCE_DIR}/tests/consumer/main.cpp sources)
 file(READ ${KILN_SOURCE_DIR}/tests/consumer/api_tour.cpp tour)
 string(APPEND sources "\n${tour}")
+foreach(src ${examples})
+  file(READ ${src} example)
+  string(APPEND sources "\n${example}")
+endforeach()
 string(REGEX REPLACE "\n[ ]+" "\n" sources "${sources}")
 # Blocks are cut out with string(FIND) rather than a list: C++ code is full of ';'.
 set(block_count 0)
+string(REPLACE "```c++\n" "```cpp\n" section "${section}")
 while(TRUE)
   string(FIND "${section}" "```cpp\n" open)
   if(open EQUAL -1)
@@ -136,12 +200,12 @@ while(TRUE)
   string(REGEX REPLACE "\n[ ]+" "\n" code "\n${code}")
   string(FIND "${sources}" "${code}" at)
   if(at EQUAL -1)
-    message(FATAL_ERROR "README 'Embedding Kiln': this block is not in tests/consumer/main.cpp or "
-                        "api_tour.cpp, so no test compiles it:\n${code}")
+    message(FATAL_ERROR "${section_file} 'Embedding Kiln': this block is not in tests/consumer/main.cpp, "
+                        "api_tour.cpp or examples/, so no test compiles it:\n${code}")
   endif()
   math(EXPR block_count "${block_count} + 1")
 endwhile()
-if(block_count LESS 7)
-  message(FATAL_ERROR "README 'Embedding Kiln': expected the program and six tour blocks, found ${block_count}")
+if(block_count LESS 1)
+  message(FATAL_ERROR "${section_file} 'Embedding Kiln': no C++ block found")
 endif()
-message(STATUS "README 'Embedding Kiln': ${block_count} blocks, all compiled")
+message(STATUS "${section_file} 'Embedding Kiln': ${block_count} blocks, all compiled")
