@@ -39,3 +39,8 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/KilnConfigVersion.c
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/KilnConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/KilnConfigVersion.cmake
               ${CMAKE_CURRENT_SOURCE_DIR}/cmake/KilnCudaLibs.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Kiln)
+# The license text beside the package (SPDX identifier: KILN_SPDX_LICENSE, also Kiln_LICENSE after
+# find_package(Kiln)).
+if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/LICENSE)
+  install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/kiln)
+endif()
