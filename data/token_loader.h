@@ -1,6 +1,7 @@
 // TokenLoader: (x, y) batches of token windows from a set of shards, split across data-parallel
-// ranks, shuffled per epoch, with a resumable cursor. The windows are read straight out of the
-// memory-mapped shards (see TokenShard); only the current batch is materialised.
+// ranks, shuffled per epoch, with a resumable cursor. Each window is read from its shard with one
+// pread (a shard truncated under the run is an IOError naming the file, not a SIGBUS: Note [Shards
+// changed under a run] in token_shard.h); only the current batch is materialised.
 #pragma once
 
 #include <cstdint>
@@ -52,12 +53,14 @@ struct TokenBatch {
 // positions [position, ...) under any world size and batch size: every rank of the new world
 // sets the same cursor string, and the global sequence of windows continues exactly where the
 // old world stopped (no window of the epoch is skipped or repeated).
-// Move-only (it owns the shard mappings); not thread-safe: one loader per rank and thread.
+// Move-only (it owns the shards' mappings and descriptors); not thread-safe: one loader per rank and thread.
 class TokenLoader {
  public:
   explicit TokenLoader(TokenLoaderOptions options);
 
-  TokenBatch next();  // this rank's B windows of the next global batch
+  // This rank's B windows of the next global batch. Throws IOError naming the file, the byte
+  // offset and the epoch/position when a shard no longer holds a window (changed since open).
+  TokenBatch next();
 
   // Serialized cursor: "epoch=E position=P windows=N seq_len=T seed=S shuffle=0|1". set_cursor
   // checks that windows, seq_len, seed and shuffle match this loader (else the positions would
@@ -80,6 +83,8 @@ class TokenLoader {
 
  private:
   int64_t permuted(int64_t epoch, int64_t position) const;
+  std::string where(int64_t position) const;  // "epoch E, window position P, ..." for errors
+  void read_window(const TokenShard& shard, int64_t start, int64_t position, uint16_t* out) const;
 
   TokenLoaderOptions options_;
   std::vector<std::string> paths_;
@@ -91,6 +96,7 @@ class TokenLoader {
   int feistel_half_bits_ = 1;
   int64_t epoch_ = 0;
   int64_t position_ = 0;
+  std::vector<uint16_t> window_;  // (T + 1,): the window next() is copying
 };
 
 }  // namespace kiln::data

@@ -1,4 +1,4 @@
-// TokenShard: mmap + header validation; write_token_shard: tmp file, fsync, rename.
+// TokenShard: mmap + header validation, pread of windows; write_token_shard: tmp file, fsync, rename.
 // Shards are little-endian on disk; Kiln only builds for little-endian hosts (checked below).
 #include <kiln/data/token_shard.h>
 
@@ -22,29 +22,20 @@ namespace kiln::data {
 static_assert(std::endian::native == std::endian::little, "token shards are little-endian");
 
 TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  KILN_CHECK_IO(fd >= 0, "token shard ", path_, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    KILN_FAIL_IO("token shard ", path_, ": cannot stat: ", std::strerror(err));
-  }
-  const int64_t file_bytes = st.st_size;
-  if (file_bytes < kTokenShardHeaderBytes) {
-    ::close(fd);
-    KILN_FAIL_IO("token shard ", path_, ": truncated: the file has ", file_bytes,
-                  " bytes, fewer than the ", kTokenShardHeaderBytes, "-byte header");
-  }
-  map_bytes_ = static_cast<size_t>(file_bytes);
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    KILN_FAIL_IO("token shard ", path_, ": mmap of ", file_bytes, " bytes failed: ", std::strerror(map_err));
-  }
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  KILN_CHECK_IO(fd_ >= 0, "token shard ", path_, ": cannot open: ", std::strerror(errno));
   try {
+    struct stat st {};
+    KILN_CHECK_IO(::fstat(fd_, &st) == 0, "token shard ", path_, ": cannot stat: ", std::strerror(errno));
+    const int64_t file_bytes = st.st_size;
+    file_bytes_ = file_bytes;
+    KILN_CHECK_IO(file_bytes >= kTokenShardHeaderBytes, "token shard ", path_, ": truncated: the file has ",
+                  file_bytes, " bytes, fewer than the ", kTokenShardHeaderBytes, "-byte header");
+    void* map = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_PRIVATE, fd_, 0);
+    KILN_CHECK_IO(map != MAP_FAILED, "token shard ", path_, ": mmap of ", file_bytes,
+                  " bytes failed: ", std::strerror(errno));
+    map_ = map;
+    map_bytes_ = static_cast<size_t>(file_bytes);
     int32_t header[3];
     std::memcpy(header, map_, sizeof header);
     KILN_CHECK_IO(header[0] == kTokenShardMagic, "token shard ", path_, ": bad magic at byte offset 0: expected ",
@@ -68,8 +59,32 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
 
 TokenShard::~TokenShard() { release(); }
 
+void TokenShard::read(int64_t first, int64_t count, uint16_t* out) const {
+  KILN_CHECK_INDEX(first >= 0 && count >= 0 && first <= size_ - count, "token shard ", path_, ": tokens [", first,
+                   ", ", first + count, ") are not in [0, ", size_, ")");
+  const int64_t offset = kTokenShardHeaderBytes + 2 * first;
+  const size_t want = static_cast<size_t>(count) * 2;
+  char* dst = reinterpret_cast<char*>(out);
+  for (size_t got = 0; got < want;) {
+    const ssize_t n = ::pread(fd_, dst + got, want - got, static_cast<off_t>(offset + int64_t(got)));
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const std::string why = n < 0 ? std::string("failed: ") + std::strerror(errno) : "reached the end of the file";
+    struct stat st {};
+    const int64_t now = ::fstat(fd_, &st) == 0 ? int64_t(st.st_size) : -1;
+    KILN_FAIL_IO("token shard ", path_, ": reading tokens [", first, ", ", first + count, ") at byte offset ", offset,
+                 " (", want, " bytes) ", why, " after ", got, " bytes; the file has ", now, " bytes now and had ",
+                 file_bytes_, " when it was opened (truncated or rewritten in place while it was being read?)");
+  }
+}
+
 TokenShard::TokenShard(TokenShard&& other) noexcept
     : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      file_bytes_(std::exchange(other.file_bytes_, 0)),
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)),
@@ -79,6 +94,8 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   if (this != &other) {
     release();
     path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    file_bytes_ = std::exchange(other.file_bytes_, 0);
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
@@ -91,6 +108,10 @@ void TokenShard::release() noexcept {
   if (map_ != nullptr && ::munmap(map_, map_bytes_) != 0)
     std::fprintf(stderr, "kiln: token shard %s: munmap of %zu bytes failed: %s\n", path_.c_str(), map_bytes_,
                  std::strerror(errno));
+  if (fd_ >= 0 && ::close(fd_) != 0)
+    std::fprintf(stderr, "kiln: token shard %s: close failed: %s\n", path_.c_str(), std::strerror(errno));
+  fd_ = -1;
+  file_bytes_ = 0;
   map_ = nullptr;
   map_bytes_ = 0;
   tokens_ = nullptr;

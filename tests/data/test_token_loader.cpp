@@ -248,3 +248,20 @@ TEST_CASE("clear errors: no match, shard too small, global batch larger than the
   TokenLoader enough(TokenLoaderOptions(data.pattern(), 23, 8).vocab_size(50000));
   CHECK(enough.next().x.size(0) == 23);
 }
+
+TEST_CASE("a shard truncated in place while the loader reads it is an IOError naming the file, not SIGBUS") {
+  // Note [Shards changed under a run]: 2 shards of 100 tokens, T = 8: 12 windows each, read in order.
+  Dataset data({100, 100});
+  TokenLoader loader(TokenLoaderOptions(data.pattern(), 4, 8).shuffle(false).vocab_size(50000));
+  const std::vector<Window> windows = data.windows(8);
+  CHECK(rows(loader.next()) == std::vector<Window>(windows.begin(), windows.begin() + 4));
+  const std::string second = data.dir.file("train_000001.bin");
+  std::filesystem::resize_file(second, 1024 + 2 * 20);  // 20 of its 100 tokens left
+  CHECK(loader.next().x.size(0) == 4);  // windows 4..7 of shard 0: unaffected
+  CHECK(loader.next().x.size(0) == 4);  // windows 8..11
+  // Windows 12..15 are shard 1's windows 0..3: tokens [0, 9), [8, 17) are still there, [16, 25) is not.
+  CHECK_THROWS_AS(loader.next(), IOError);
+  loader.set_cursor("epoch=0 position=12 windows=24 seq_len=8 seed=0 shuffle=0");
+  CHECK_ERROR_CONTAINS(loader.next(), second.c_str(), "tokens [16, 25)", "byte offset 1056", "has 1064 bytes now",
+                       "had 1224", "epoch 0", "window position 14", "cursor position 12");
+}

@@ -74,6 +74,33 @@ TEST_CASE("bad headers and sizes name the file and the problem") {
   CHECK_ERROR_CONTAINS(TokenShard(p), p.c_str(), "cannot open");
 }
 
+TEST_CASE("read copies a token range with pread; a shard truncated after open is an IOError, not SIGBUS") {
+  test::ScratchDir dir;
+  std::string p = dir.file("a.bin");
+  std::vector<uint16_t> tokens = test::ramp_tokens(1000, 2);
+  write_token_shard(p, tokens);
+  TokenShard shard(p);
+  std::vector<uint16_t> out(10);
+  shard.read(990, 10, out.data());
+  CHECK(out == std::vector<uint16_t>(tokens.begin() + 990, tokens.end()));
+  CHECK_THROWS_AS(shard.read(995, 10, out.data()), IndexError);
+  CHECK_THROWS_AS(shard.read(-1, 2, out.data()), IndexError);
+
+  // Truncated in place (not replaced by rename): the mapping has no file behind its tail now.
+  std::filesystem::resize_file(p, 1024 + 2 * 500);
+  CHECK_THROWS_AS(shard.read(990, 10, out.data()), IOError);
+  CHECK_ERROR_CONTAINS(shard.read(990, 10, out.data()), p.c_str(), "byte offset 3004", "tokens [990, 1000)",
+                       "has 2024 bytes now", "had 3024 when it was opened");
+  shard.read(400, 10, out.data());  // what the file still holds reads fine
+  CHECK(out == std::vector<uint16_t>(tokens.begin() + 400, tokens.begin() + 410));
+  // The window that crosses the new end: a short read, also named.
+  CHECK_ERROR_CONTAINS(shard.read(495, 10, out.data()), p.c_str(), "byte offset 2014", "after 10 bytes");
+  // Moving keeps the descriptor.
+  TokenShard moved(std::move(shard));
+  moved.read(0, 10, out.data());
+  CHECK(out == std::vector<uint16_t>(tokens.begin(), tokens.begin() + 10));
+}
+
 TEST_CASE("write_token_shard into a missing directory fails naming the path") {
   test::ScratchDir dir;
   std::string p = dir.file("no/such/dir/a.bin");
