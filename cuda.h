@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include <kiln/core/cuda/plan/layer_norm_variant.h>
 #include <kiln/core/error.h>
 
 namespace kiln::cuda {
@@ -62,6 +63,15 @@ void set_attention_backend(AttentionBackend backend);
 // "auto" | "cudnn" | "kiln" to the enum; anything else throws naming the value and the choices.
 AttentionBackend parse_attention_backend(const std::string& name);
 const char* attention_backend_name(AttentionBackend backend);  // "auto", "cudnn", "kiln"
+
+// ---- layer-norm kernel variant (KILN_LAYER_NORM_VARIANT) ----
+// The launch configuration of the CUDA layer-norm kernels (Note [Layer norm variants] in
+// core/cuda/plan/layer_norm_variant.h), for a run that times them (bench_cuda --sweep). The first
+// call reads KILN_LAYER_NORM_VARIANT (e.g. vec=8,fwd=block; unset: the defaults) unless
+// set_layer_norm_variant came first; a bad value throws ValueError from every call until the
+// setter is used. Every variant gives the same results to rounding.
+LayerNormVariant layer_norm_variant();
+void set_layer_norm_variant(const LayerNormVariant& variant);
 
 // ---- device-side checks (Note [Deferred device checks]) ----
 // deferred (default): a bad index or class target found by a kernel is reported at the next

@@ -23,6 +23,7 @@
 
 #include "common/app_main.h"
 #include "common/app_script.h"
+#include "cuda/sweep.h"
 
 #ifndef KILN_BENCH_CUDA_PY
 #define KILN_BENCH_CUDA_PY ""  // the source tree's bench_cuda.py (apps/CMakeLists.txt)
@@ -147,11 +148,19 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run one case: gemm, attention, layer_norm, cross_entropy, adamw");
   app.add_option("--adamw-params", adamw_params, "parameters in the AdamW step (default 1.3e9)")
       ->check(CLI::PositiveNumber);
+  bool sweep = false;
+  std::string sweep_json;
+  app.add_flag("--sweep", sweep, "time every candidate configuration of the kernels whose best form is unknown "
+               "(layer-norm variants, Kiln vs cuDNN attention, the GELU epilogue, the fused add + layer norm) and "
+               "print the fastest of each; Kiln only (--only picks one: layer_norm, attention, epilogue, "
+               "add_layer_norm)");
+  app.add_option("--sweep-json", sweep_json, "with --sweep: also write the table as JSON to this file");
   return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_cuda"), [&]() -> int {
     KILN_CHECK(cuda::is_available(), "bench_cuda: no usable CUDA device (", cuda::build_info(), ")");
-    if (!no_torch) script = apps::find_app_script("bench_cuda.py", script, KILN_BENCH_CUDA_PY);
+    if (!no_torch && !sweep) script = apps::find_app_script("bench_cuda.py", script, KILN_BENCH_CUDA_PY);
     std::printf("bench_cuda: %s\n", cuda::build_info().c_str());
     std::fflush(stdout);
+    if (sweep) return apps::run_sweep({only, sweep_json}, [](const std::function<void()>& fn) { return median_ms(fn); });
     std::vector<Result> results;
     auto want = [&](const char* name) { return only.empty() || only == name; };
     if (want("gemm")) {

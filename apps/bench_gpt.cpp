@@ -15,9 +15,11 @@
 //   --sharding none,zero1,zero2,full: Kiln alone, the step through dist::Trainer in each sharding mode on
 //                  --world forked CPU ranks (Gloo), next to DDP (none): ms/step and bytes/param.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -53,6 +55,7 @@ constexpr double kProfilerOffGoal = 0.01;  // issue #22
 struct Args {
   std::string device = "cpu", dtype, config, python = "/usr/bin/python3", script;
   std::string attention = "auto";
+  std::string json;  // --json: the sides table as JSON too
   std::vector<std::string> torch_modes;
   int threads = 0, rounds = 0, warmup = 2, steps = 10;
   int64_t batch = 0, seq = 0;
@@ -87,16 +90,22 @@ int run_sharding(const Args& a) {
   return 0;
 }
 
-// --estimate-memory: the formula of models/gpt_memory.h for each config, without running anything
-// (no device needed: "what would this take on that GPU?").
+// The formula of models/gpt_memory.h for one row.
+models::GPTMemoryEstimate estimate_row(const apps::BenchRow& r, bool cuda, DType amp, models::GPTRecompute recompute,
+                                       bool fused) {
+  const int64_t d = r.bc.config.n_embd / r.bc.config.n_head;
+  return models::estimate_gpt_training_memory(
+      r.bc.config, r.b, r.t,
+      models::GPTMemoryOptions{amp != DType::f32, cuda && amp != DType::f32 && (d == 64 || d == 128), recompute, fused});
+}
+
+// --estimate-memory: the formula for each config, without running anything (no device needed:
+// "what would this take on that GPU?").
 void print_memory_formula(const std::vector<apps::BenchRow>& rows, bool cuda, DType amp, models::GPTRecompute recompute,
                           models::GPTFusedHead fused_head) {
+  const bool fused = models::uses_fused_head(fused_head, cuda ? Device::cuda(0) : Device::cpu());
   for (const apps::BenchRow& r : rows) {
-    const int64_t d = r.bc.config.n_embd / r.bc.config.n_head;
-    const bool fused = models::uses_fused_head(fused_head, cuda ? Device::cuda(0) : Device::cpu());
-    const models::GPTMemoryEstimate est = models::estimate_gpt_training_memory(
-        r.bc.config, r.b, r.t,
-        models::GPTMemoryOptions{amp != DType::f32, cuda && amp != DType::f32 && (d == 64 || d == 128), recompute, fused});
+    const models::GPTMemoryEstimate est = estimate_row(r, cuda, amp, recompute, fused);
     const double g = double(int64_t(1) << 30);
     std::printf("%s B=%lld T=%lld recompute %s, head %s: memory formula %.2f GiB after forward (weights+AdamW %.2f, "
                 "16-bit weight copies %.2f, activations %.2f, head %.2f), peak %.2f GiB with gradients and "
@@ -105,6 +114,26 @@ void print_memory_formula(const std::vector<apps::BenchRow>& rows, bool cuda, DT
                 fused ? "chunked" : "whole logits", est.after_forward() / g, (est.parameters + est.optimizer) / g,
                 est.weight_copies / g, est.activations / g, est.head / g, est.peak() / g);
   }
+}
+
+// --json: every row's sides as the table prints them, with the formula's peak, for scripts
+// (scripts/gpu_pending.py) that must not parse the table.
+void write_sides_json(const std::string& path, const std::vector<apps::BenchRow>& rows, bool cuda, DType amp,
+                      models::GPTRecompute recompute, models::GPTFusedHead fused_head) {
+  const bool fused = models::uses_fused_head(fused_head, cuda ? Device::cuda(0) : Device::cpu());
+  nlohmann::json out = nlohmann::json::array();
+  for (const apps::BenchRow& r : rows) {
+    nlohmann::json sides = nlohmann::json::array();
+    for (const apps::Side& s : r.sides)
+      sides.push_back({{"side", s.name}, {"ran", s.ran}, {"ms", s.ran ? s.seconds * 1e3 : 0.0},
+                       {"peak_bytes", s.peak_bytes}, {"error", s.error}});
+    out.push_back({{"config", r.bc.name}, {"batch", r.b}, {"seq", r.t},
+                   {"formula_peak_bytes", estimate_row(r, cuda, amp, recompute, fused).peak()}, {"sides", sides}});
+  }
+  std::ofstream f(path);
+  KILN_CHECK_IO(f.good(), "bench_gpt --json: cannot write ", path);
+  f << out.dump(1) << "\n";
+  KILN_CHECK_IO(f.good(), "bench_gpt --json: writing ", path, " failed");
 }
 
 int run(Args a) {
@@ -248,6 +277,7 @@ int run(Args a) {
   else apps::print_sides_table(rows, peak);
   // The formula next to the measurement (models/gpt_memory.h): Kiln's peak above is the allocator's.
   print_memory_formula(rows, cuda, amp, recompute, fused_head);
+  if (!a.json.empty()) write_sides_json(a.json, rows, cuda, amp, recompute, fused_head);
   return 0;
 }
 
@@ -285,6 +315,8 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", a.script, "path to bench_gpt.py (default: the one beside this executable, else "
                  "the source tree's)");
   app.add_flag("--no-torch", a.no_torch, "only run the Kiln side");
+  app.add_option("--json", a.json, "also write the side-by-side table (ms/step, peak bytes, the memory formula's peak) "
+                 "as JSON to this file");
   app.add_flag("--estimate-memory", a.estimate_memory, "print the memory formula (models/gpt_memory.h) for the configs, "
                "device, dtype, --recompute and --fused-head given, and run nothing (no device needed)");
   // MFU still counts the model's FLOPs only under --recompute.

@@ -10,18 +10,23 @@
 #     bash scripts/gpu-check.sh --bench    # build (incremental) + benchmarks and AMP curves only
 #     ... --prebuilt                       # with either: no configure/build; run build-gpu as unpacked
 #                                          #   by scripts/device-prebuilt.sh (built on the dev machine)
+#     bash scripts/gpu-check.sh --pending --prebuilt [--call 2]
+#                                          # the prepared run of every switched-off GPU path
+#                                          #   (scripts/gpu_pending.py; its --dry-run runs in CI)
 # KILN_GPU_TEST_JOBS (default 1) and KILN_GPU_TEST_TIMEOUT (default 300 s) shape the ctest run.
 # Logs go to $OUT/gpu-check (the device tool brings $OUT back) or build-gpu/gpu-check.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-mode=all prebuilt=0
-for a in "$@"; do
-  case $a in
-    --tests|--bench) mode=$a ;;
+mode=all prebuilt=0 pending_args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tests|--bench|--pending) mode=$1 ;;
     --prebuilt) prebuilt=1 ;;
-    *) echo "gpu-check: unknown flag $a (--tests, --bench, --prebuilt)"; exit 2 ;;
+    --call) pending_args+=(--call "$2"); shift ;;
+    *) echo "gpu-check: unknown flag $1 (--tests, --bench, --pending [--call N], --prebuilt)"; exit 2 ;;
   esac
+  shift
 done
 [ -f .deps/env.sh ] && source .deps/env.sh
 build=${KILN_BUILD_DIR:-$root/build-gpu}
@@ -62,6 +67,12 @@ else
   build_note="ok in $(( $(date +%s) - start )) s"
 fi
 note "build" "$build_note"
+
+# The prepared run of the switched-off paths (issue #52): its own steps, table and JSON.
+if [ "$mode" = "--pending" ]; then
+  KILN_PYTHON="$py" "$py" scripts/gpu_pending.py --build "$build" --out "$logs/pending" "${pending_args[@]}"
+  exit $?
+fi
 
 # Every gpu-labelled test (kernels vs the CPU, NCCL ranks sharing the one GPU).
 tests_rc=0 bench_rc=0

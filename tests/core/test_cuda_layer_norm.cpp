@@ -102,3 +102,18 @@ TEST_CASE("CUDA layer_norm: empty inputs, mixed devices") {
   Tensor x = test::random({2, 8}).to(Device::cuda());
   CHECK_ERROR_CONTAINS(ops::layer_norm(x, {8}, ones({8}), Tensor()), "layer_norm", "cuda:0", "cpu");
 }
+
+TEST_CASE("CUDA layer_norm: every variant a sweep times matches the CPU (Note [Layer norm variants])") {
+  test::require_cuda();
+  const cuda::LayerNormVariant before = cuda::layer_norm_variant();
+  std::vector<cuda::LayerNormVariant> variants = cuda::layer_norm_forward_sweep();
+  for (const cuda::LayerNormVariant& v : cuda::layer_norm_backward_sweep(132)) variants.push_back(v);
+  for (const cuda::LayerNormVariant& v : variants) {
+    INFO("variant ", cuda::layer_norm_variant_name(v));
+    cuda::set_layer_norm_variant(v);
+    for (DType dt : {DType::f32, DType::bf16})
+      for (int64_t n : {7, 768, 2048})  // scalar rows, GPT-2's width (warp rows), gpt-1.3b's (block rows)
+        check_layer_norm(n == 7 ? 37 : 1500, n, dt, dt, kParams[0], false);
+  }
+  cuda::set_layer_norm_variant(before);
+}

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include <kiln/core/cuda/kernels/attention_cudnn_graph.cuh>
 #include <kiln/core/cuda/kernels/flash_attention_layout.h>
+#include <kiln/core/cuda/plan/cudnn_sdpa_workspace.h>
 #include <kiln/core/cuda/runtime/check.cuh>
 #include <kiln/core/cuda/runtime/cudnn.cuh>
 #include <kiln/core/cuda/runtime/cudnn_runtime_libs.h>
@@ -57,6 +59,19 @@ PlanCache& plan_cache() {
 
 std::atomic<int64_t> g_forward_count{0}, g_backward_count{0};
 
+// Note [cuDNN dQ accumulator] (core/cuda/plan/cudnn_sdpa_workspace.h), decided once per process.
+bool zero_dq_accum() {
+  static const bool zero = [] {
+    const char* env = std::getenv("KILN_CUDNN_ZERO_DQ_ACCUM");
+    return sdpa_dq_accum_needs_zero(static_cast<int64_t>(cudnnGetVersion()), env ? env : "");
+  }();
+  return zero;
+}
+
+// q, k, v, out and dout as cuDNN reads them: a copy of a view with an expanded (stride-0) dimension
+// or an unaligned one (Note [Attention layouts], core/cuda/plan/attention_layout.h).
+Tensor cudnn_readable(const Tensor& t) { return flash::kernel_readable(t, flash::AttentionReader::cudnn); }
+
 // t's strides in (B, H, T, D) order; a dimension of size 1 gets a stride past every other one, so
 // equal problems get equal keys whatever their unit strides are.
 SdpaStrides strides_of(const Tensor& t) {
@@ -66,6 +81,9 @@ SdpaStrides strides_of(const Tensor& t) {
   SdpaStrides s{};
   for (int64_t d = 0; d < 4; ++d) s[d] = t.size(d) > 1 ? t.stride(d) : past;
   s[3] = 1;
+  for (int64_t d = 0; d < 3; ++d)
+    KILN_ASSERT(s[d] > 0, "attention_cudnn: stride ", s[d], " in dimension ", d, " of ", t.shape(),
+                " (cudnn_readable copies expanded views)");
   return s;
 }
 
@@ -199,7 +217,7 @@ std::optional<FlashAttentionForward> attention_cudnn_forward(const Tensor& q_in,
   r.out = flash::empty_heads(b, h, t, d, q_in.dtype(), device);  // (B, H, T, D) stored (B, T, H, D)
   r.lse = empty({b, h, t}, DType::f32, device);                    // = stats (B, H, T, 1)
   if (b * h == 0) return r;
-  const Tensor q = flash::kernel_readable(q_in), k = flash::kernel_readable(k_in), v = flash::kernel_readable(v_in);
+  const Tensor q = cudnn_readable(q_in), k = cudnn_readable(k_in), v = cudnn_readable(v_in);
 
   cudnnHandle_t handle = cudnn_handle_for(q);  // on q's device, bound to its current stream
   SdpaGraphSpec spec;
@@ -238,8 +256,8 @@ std::optional<FlashAttentionGrads> attention_cudnn_backward(const Tensor& dout_i
   r.dk = flash::empty_heads(b, h, t, d, q_in.dtype(), device);
   r.dv = flash::empty_heads(b, h, t, d, q_in.dtype(), device);
   if (b * h > 0) {
-    const Tensor q = flash::kernel_readable(q_in), k = flash::kernel_readable(k_in), v = flash::kernel_readable(v_in);
-    const Tensor out = flash::kernel_readable(out_in), dout = flash::kernel_readable(dout_in);
+    const Tensor q = cudnn_readable(q_in), k = cudnn_readable(k_in), v = cudnn_readable(v_in);
+    const Tensor out = cudnn_readable(out_in), dout = cudnn_readable(dout_in);
     cudnnHandle_t handle = cudnn_handle_for(q);
     SdpaGraphSpec spec;
     spec.b = b, spec.h = h, spec.t = t, spec.d = d, spec.io = io_type(q.dtype()), spec.causal = causal;
@@ -249,7 +267,9 @@ std::optional<FlashAttentionGrads> attention_cudnn_backward(const Tensor& dout_i
     if (!usable(plan->failure, miss, "attention_cudnn_backward")) return std::nullopt;
 
     Tensor softmax_sum = empty({b, h, t}, DType::f32, device);                           // (B, H, T, 1)
-    Tensor dq_accum = zeros({b, h, t, d}, TensorOptions(DType::f32).device(device));     // added into
+    // Note [cuDNN dQ accumulator]: zeroed only where cuDNN does not initialize it itself.
+    Tensor dq_accum = zero_dq_accum() ? zeros({b, h, t, d}, TensorOptions(DType::f32).device(device))
+                                      : empty({b, h, t, d}, DType::f32, device);
     float scale_f = static_cast<float>(scale), one = 1.f, neg_inf = -INFINITY;
     std::vector<int64_t> uids = {sdpa_uid::kQ,  sdpa_uid::kK,  sdpa_uid::kV,     sdpa_uid::kO,
                                  sdpa_uid::kDout, sdpa_uid::kDq, sdpa_uid::kDk, sdpa_uid::kDv,

@@ -125,20 +125,18 @@ void launch_forward(const FwdParams& p, int64_t blocks, cudaStream_t stream) {
 // --- host helpers shared with the backward --------------------------------------------------
 
 namespace {
-bool readable_in_place(const Tensor& t) {
-  if (t.stride(3) != 1) return false;
-  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
-  for (int64_t d = 0; d < 3; ++d)
-    if (t.size(d) > 1 && t.stride(d) % 8 != 0) return false;  // 8 elements = 16 bytes
-  return true;
+bool readable_in_place(const Tensor& t, AttentionReader reader) {  // Note [Attention layouts]
+  return attention_readable_in_place(t.shape().data(), t.strides().data(), reinterpret_cast<uintptr_t>(t.data_ptr()),
+                                     reader);
 }
 }  // namespace
 
-Tensor kernel_readable(const Tensor& t) {
-  if (readable_in_place(t)) return t;
+Tensor kernel_readable(const Tensor& t, AttentionReader reader) {
+  if (readable_in_place(t, reader)) return t;
   Tensor c = t.contiguous();
-  if (!readable_in_place(c)) c = t.clone();  // contiguous but at a misaligned offset
-  KILN_ASSERT(readable_in_place(c), "flash attention: a fresh copy of shape ", t.shape(), " is not 16-byte aligned");
+  if (!readable_in_place(c, reader)) c = t.clone();  // contiguous but at a misaligned offset, or expanded
+  KILN_ASSERT(readable_in_place(c, reader), "flash attention: a fresh copy of shape ", t.shape(),
+              " is not 16-byte aligned");
   return c;
 }
 

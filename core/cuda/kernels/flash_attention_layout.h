@@ -5,13 +5,15 @@
 
 #include <cstdint>
 
+#include <kiln/core/cuda/plan/attention_layout.h>
 #include <kiln/core/tensor.h>
 
 namespace kiln::cuda::flash {
 
-// t itself when the kernels can read it in place (contiguous D, 16-byte aligned base and rows),
-// else a contiguous copy. Defined in flash_attention.cu.
-Tensor kernel_readable(const Tensor& t);
+// t itself when `reader` can read it in place (Note [Attention layouts]: contiguous D, 16-byte
+// aligned base and rows, and for cuDNN no stride-0 dimension), else a copy. Defined in
+// flash_attention.cu.
+Tensor kernel_readable(const Tensor& t, AttentionReader reader = AttentionReader::kiln);
 // A fresh (B, H, T, D) tensor stored as (B, T, H, D), the layout the next projection reads.
 Tensor empty_heads(int64_t b, int64_t h, int64_t t, int64_t d, DType dtype, Device device);
 

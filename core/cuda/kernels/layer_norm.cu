@@ -8,9 +8,13 @@
 // With a residual (Note [Fused residual add], core/ops/layer_norm.h) the forward's first pass reads
 // x and the residual and writes their sum, which the later passes read back (this thread's own
 // writes, at the same columns); the backward adds the sum's gradient into grad_x as it writes it.
+// The vector width, the forward's rows per block and the backward's blocks and partials follow
+// cuda::layer_norm_variant() (Note [Layer norm variants]).
 #include <kiln/core/cuda/kernels/layer_norm.h>
 
 #include <kiln/core/cuda/kernels/softmax.cuh>
+#include <kiln/core/cuda/plan/layer_norm_variant.h>
+#include <kiln/cuda.h>
 
 namespace kiln::cuda {
 
@@ -203,6 +207,19 @@ __global__ void sum_partials_kernel(O* __restrict__ out,         // (n,)
   }
 }
 
+// f.template operator()<V>() with V the variant's elements per access (Note [Layer norm variants]):
+// 16 bytes, 8 bytes or one element; one element wherever n or a pointer rules vectors out.
+template <class T, class F>
+void with_variant_vec(const LayerNormVariant& variant, int64_t n, std::initializer_list<const void*> ptrs, F&& f) {
+  constexpr int kFull = kVec<T>, kHalf = kVec<T> / 2;
+  const int want = layer_norm_vec(variant, sizeof(T));
+  if (want >= kFull && can_vectorize(n, kFull, ptrs)) return f.template operator()<kFull>();
+  if constexpr (kHalf > 1) {
+    if (want >= kHalf && can_vectorize(n, kHalf, ptrs)) return f.template operator()<kHalf>();
+  }
+  f.template operator()<1>();
+}
+
 DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
 // Parameters in x's dtype are read as they are; any other dtype is converted to the compute dtype
@@ -250,14 +267,14 @@ ops::LayerNormResult layer_norm(const Tensor& x_in, const Tensor& residual_in, i
   if (rows == 0) return r;
   const bool same = params_in_x_dtype(x, weight, bias);
   const Tensor w = param_as(weight, same ? x.dtype() : sdt), b = param_as(bias, same ? x.dtype() : sdt);
+  const LayerNormVariant variant = layer_norm_variant();
   dispatch_floating_device(x.dtype(), "layer_norm", [&]<class T>() {
     using A = dacc_t<T>;
     with_param<T>(same, [&]<class P>() {
       with_residual<T>(residual, [&]<class R>() {
-        const bool vec = can_vectorize(n, kVec<T>, {x.data_ptr(), r.out.data_ptr(), data_or_null(w), data_or_null(b),
-                                                    data_or_null(residual), data_or_null(r.sum)});
-        with_vec<T>(vec, [&]<int V>() {
-          const RowLaunch rl = row_launch(rows, n, V);
+        with_variant_vec<T>(variant, n, {x.data_ptr(), r.out.data_ptr(), data_or_null(w), data_or_null(b),
+                                         data_or_null(residual), data_or_null(r.sum)}, [&]<int V>() {
+          const RowLaunch rl = layer_norm_forward_launch(variant, rows, n, V);
           layer_norm_forward_kernel<T, P, R, V><<<grid_of(rl), block_of(rl), 0, s>>>(
               ptr<T>(r.out), ptr<A>(r.mean), ptr<A>(r.rstd), ptr<const T>(x),
               residual.defined() ? ptr<const R>(residual) : nullptr, r.sum.defined() ? ptr<T>(r.sum) : nullptr,
@@ -294,7 +311,8 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& gr
   }
   const bool same = params_in_x_dtype(x, weight, Tensor());
   const Tensor w = param_as(weight, same ? x.dtype() : sdt);
-  const RowSplit split = split_rows(rows);
+  const LayerNormVariant variant = layer_norm_variant();
+  const RowSplit split = layer_norm_backward_split(variant, rows);
   const int64_t parts = int64_t(want_w) + int64_t(with_bias);
   const Tensor partials = parts > 0 ? empty({parts, split.blocks, n}, sdt, dev) : Tensor();
 
@@ -303,12 +321,11 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& gr
     A* part_w = want_w ? ptr<A>(partials) : nullptr;
     A* part_b = with_bias ? ptr<A>(partials) + (want_w ? split.blocks * n : 0) : nullptr;
     with_param<T>(same, [&]<class P>() {
-      const bool vec = can_vectorize(n, kVec<T>, {x.data_ptr(), g.data_ptr(), grads.grad_x.data_ptr(),
-                                                  data_or_null(w), data_or_null(partials), data_or_null(gres)});
-      with_vec<T>(vec, [&]<int V>() {
+      with_variant_vec<T>(variant, n, {x.data_ptr(), g.data_ptr(), grads.grad_x.data_ptr(), data_or_null(w),
+                                       data_or_null(partials), data_or_null(gres)}, [&]<int V>() {
         const int threads = block_row_threads(n, V);
         const size_t shared = static_cast<size_t>(parts * n) * sizeof(A);
-        const bool in_shared = shared <= kMaxSharedPartials;
+        const bool in_shared = layer_norm_partials_in_shared(variant, shared, kMaxSharedPartials);
         layer_norm_backward_kernel<T, P, V><<<static_cast<unsigned>(split.blocks), threads, in_shared ? shared : 0, s>>>(
             ptr<T>(grads.grad_x), gres.defined() ? ptr<const T>(gres) : nullptr, part_w, part_b, ptr<const T>(g),
             ptr<const T>(x), ptr<const A>(mu), ptr<const A>(rs),

@@ -28,6 +28,26 @@ namespace {
 
 constexpr int kMaxDevices = 16;  // as stream.cpp
 
+// Note [cudaMalloc during a capture]
+// cuda::Graph captures in cudaStreamCaptureModeThreadLocal, which bars the capturing thread from
+// "potentially unsafe" API calls, cudaMalloc the first of them: the call fails with
+// cudaErrorStreamCaptureUnsupported and invalidates the capture. Yet a capture must allocate: its
+// private pool starts empty (Note [Graph pools]) and the Trainer empties the cache just before, so
+// the captured step's first tensor reaches raw_malloc. cudaMalloc itself is safe here (it does not
+// enqueue work or synchronize the capturing stream), so the thread switches to the relaxed mode
+// around that one call and back, as PyTorch's allocator does (cudaMallocMaybeCapturing). cudaFree
+// and event queries stay barred: the caching allocator makes none while a capture is under way.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { KILN_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }  // restores the caller's mode
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 class CudaDeviceMemory final : public DeviceMemory {
  public:
   explicit CudaDeviceMemory(int device) : device_(device) {}
@@ -35,7 +55,11 @@ class CudaDeviceMemory final : public DeviceMemory {
   void* raw_malloc(size_t nbytes) override {
     DeviceGuard guard(device_);
     void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, nbytes);
+    cudaError_t err;
+    {
+      RelaxedCaptureMode relaxed;  // Note [cudaMalloc during a capture]
+      err = cudaMalloc(&p, nbytes);
+    }
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky; clear it so the next launch check does not see it
       return nullptr;

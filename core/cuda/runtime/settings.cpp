@@ -1,8 +1,10 @@
 // The math switches of kiln/cuda.h (matmul TF32; cuDNN's benchmark, deterministic, allow_tf32) and
 // the attention switch, compiled in both builds so code that sets them builds either way;
-// kernels/matmul.cpp, conv.cpp and fused_attention.cpp read them.
+// kernels/matmul.cpp, conv.cpp, fused_attention.cpp and layer_norm.cu read them.
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 
 #include <kiln/cuda.h>
 
@@ -14,6 +16,8 @@ std::atomic<bool> g_benchmark{false};
 std::atomic<bool> g_deterministic{false};
 std::atomic<bool> g_allow_tf32{true};
 std::atomic<int> g_attention{-1};  // an AttentionBackend, -1 until KILN_ATTENTION is read or the setter runs
+std::mutex g_layer_norm_mutex;
+std::optional<LayerNormVariant> g_layer_norm;  // unset until KILN_LAYER_NORM_VARIANT is read or the setter runs
 }  // namespace
 
 bool allow_tf32() { return g_matmul_allow_tf32.load(std::memory_order_relaxed); }
@@ -54,5 +58,19 @@ AttentionBackend attention_backend() {
 }
 
 void set_attention_backend(AttentionBackend backend) { g_attention.store(static_cast<int>(backend)); }
+
+LayerNormVariant layer_norm_variant() {
+  std::lock_guard<std::mutex> lock(g_layer_norm_mutex);
+  if (!g_layer_norm) {
+    const char* env = std::getenv("KILN_LAYER_NORM_VARIANT");
+    g_layer_norm = parse_layer_norm_variant(env ? env : "");  // throws (and stays unset) on a bad value
+  }
+  return *g_layer_norm;
+}
+
+void set_layer_norm_variant(const LayerNormVariant& variant) {
+  std::lock_guard<std::mutex> lock(g_layer_norm_mutex);
+  g_layer_norm = variant;
+}
 
 }  // namespace kiln::cuda

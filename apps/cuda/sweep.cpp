@@ -1,0 +1,190 @@
+// bench_cuda --sweep (sweep.h). Each case builds its inputs once per shape, then times every
+// candidate on them in turn, switching the process-wide setting between runs.
+#include "cuda/sweep.h"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include <kiln/core/ops/layer_norm.h>
+#include <kiln/kiln.h>
+
+namespace kiln::apps {
+
+namespace {
+
+struct Row {
+  std::string candidate, shape;
+  double ms = std::numeric_limits<double>::quiet_NaN();  // NaN: failed
+  std::string error;
+};
+
+TensorOptions on_gpu(DType dt) { return TensorOptions(dt).device(Device::cuda()); }
+
+Tensor gpu_randn(const Shape& shape, DType dt, uint64_t seed, double scale = 1.0) {
+  Generator g(seed);
+  return (randn(shape, g, DType::f32) * scale).to(Device::cuda()).to(dt);
+}
+
+Row timed(const std::string& candidate, const std::string& shape, const TimeFn& time_ms,
+          const std::function<void()>& fn) {
+  Row r{candidate, shape};
+  try {
+    r.ms = time_ms(fn);
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    cuda::synchronize();
+  }
+  return r;
+}
+
+// Layer norm forward and backward timed apart, so the best of each is chosen on its own.
+void sweep_layer_norm(std::vector<Row>& rows, const TimeFn& time_ms) {
+  const cuda::LayerNormVariant before = cuda::layer_norm_variant();
+  int sms = 0;
+  if (const char* s = std::getenv("KILN_SWEEP_SMS")) sms = std::atoi(s);  // default: 132, an H100's
+  for (auto [r, n] : {std::pair<int64_t, int64_t>{16 * 1024, 768}, {8 * 2048, 2048}}) {
+    const std::string shape = "bf16 (" + std::to_string(r) + ", " + std::to_string(n) + ")";
+    Tensor x = gpu_randn({r, n}, DType::bf16, 1), g = gpu_randn({r, n}, DType::bf16, 2);
+    Tensor w = gpu_randn({n}, DType::bf16, 3), b = gpu_randn({n}, DType::bf16, 4);
+    for (const cuda::LayerNormVariant& v : cuda::layer_norm_forward_sweep()) {
+      cuda::set_layer_norm_variant(v);
+      rows.push_back(timed("layer_norm fwd " + cuda::layer_norm_variant_name(v), shape, time_ms,
+                           [&] { (void)ops::layer_norm(x, {n}, w, b); }));
+    }
+    cuda::set_layer_norm_variant(before);
+    const ops::LayerNormResult f = ops::layer_norm(x, {n}, w, b);
+    for (const cuda::LayerNormVariant& v : cuda::layer_norm_backward_sweep(sms)) {
+      cuda::set_layer_norm_variant(v);
+      rows.push_back(timed("layer_norm bwd " + cuda::layer_norm_variant_name(v), shape, time_ms,
+                           [&] { (void)ops::layer_norm_backward(g, x, f.mean, f.rstd, w, {n}, true); }));
+    }
+  }
+  cuda::set_layer_norm_variant(before);
+}
+
+// Causal attention forward + backward with Kiln's kernels and with cuDNN's (the two shapes of
+// issue #52's targets). KILN_CUDNN_ZERO_DQ_ACCUM is per process: run the sweep again with it set.
+void sweep_attention(std::vector<Row>& rows, const TimeFn& time_ms) {
+  const cuda::AttentionBackend before = cuda::attention_backend();
+  for (auto [B, H, T, D] : {std::array<int64_t, 4>{8, 16, 2048, 128}, {16, 12, 1024, 64}}) {
+    const std::string shape = "B" + std::to_string(B) + " H" + std::to_string(H) + " T" + std::to_string(T) + " D" +
+                              std::to_string(D);
+    auto leaf = [&](uint64_t seed) { return gpu_randn({B, H, T, D}, DType::bf16, seed).requires_grad_(); };
+    Tensor q = leaf(5), k = leaf(6), v = leaf(7);
+    Tensor grad = gpu_randn({B, H, T, D}, DType::bf16, 8);
+    for (cuda::AttentionBackend backend : {cuda::AttentionBackend::kiln, cuda::AttentionBackend::cudnn}) {
+      cuda::set_attention_backend(backend);
+      rows.push_back(timed(std::string("attention fwd+bwd ") + cuda::attention_backend_name(backend), shape, time_ms,
+                           [&] { scaled_dot_product_attention(q, k, v, /*causal=*/true).backward(grad); }));
+    }
+  }
+  cuda::set_attention_backend(before);
+}
+
+// A GPT MLP (c_fc, GELU, c_proj) forward + backward under bf16 autocast, composed and through
+// linear_gelu_linear (bias + GELU in cuBLASLt's epilogue).
+void sweep_epilogue(std::vector<Row>& rows, const TimeFn& time_ms) {
+  for (auto [tokens, C] : {std::pair<int64_t, int64_t>{16 * 1024, 768}, {8 * 2048, 2048}}) {
+    const std::string shape = "tokens " + std::to_string(tokens) + ", C " + std::to_string(C);
+    Tensor x = gpu_randn({tokens, C}, DType::f32, 9).requires_grad_();
+    Tensor w1 = gpu_randn({4 * C, C}, DType::f32, 10, 0.02).requires_grad_();
+    Tensor b1 = zeros({4 * C}, on_gpu(DType::f32)).requires_grad_();
+    Tensor w2 = gpu_randn({C, 4 * C}, DType::f32, 11, 0.02).requires_grad_();
+    Tensor b2 = zeros({C}, on_gpu(DType::f32)).requires_grad_();
+    Tensor grad = gpu_randn({tokens, C}, DType::f32, 12);
+    for (bool fused : {false, true}) {
+      rows.push_back(timed(fused ? "mlp fwd+bwd epilogue" : "mlp fwd+bwd composed", shape, time_ms, [&] {
+        Tensor y;
+        {
+          AutocastGuard guard(DType::bf16);
+          y = fused ? linear_gelu_linear(x, w1, b1, w2, b2)
+                    : gelu_linear(linear(x, w1, b1), w2, b2, GeluApproximate::tanh);  // GPT's unfused MLP
+        }
+        y.backward(grad.to(y.dtype()));
+      }));
+    }
+  }
+}
+
+// The residual add and the layer norm after it, composed and fused (ops::add_layer_norm's kernels).
+void sweep_add_layer_norm(std::vector<Row>& rows, const TimeFn& time_ms) {
+  const bool before = ops::fused_add_layer_norm_cuda();
+  for (auto [r, n] : {std::pair<int64_t, int64_t>{16 * 1024, 768}, {8 * 2048, 2048}}) {
+    const std::string shape = "bf16 (" + std::to_string(r) + ", " + std::to_string(n) + ")";
+    Tensor x = gpu_randn({r, n}, DType::bf16, 13).requires_grad_(), res = gpu_randn({r, n}, DType::bf16, 14).requires_grad_();
+    Tensor w = gpu_randn({n}, DType::bf16, 15).requires_grad_(), b = gpu_randn({n}, DType::bf16, 16).requires_grad_();
+    Tensor gs = gpu_randn({r, n}, DType::bf16, 17), go = gpu_randn({r, n}, DType::bf16, 18);
+    for (bool fused : {false, true}) {
+      ops::set_fused_add_layer_norm_cuda(fused);
+      rows.push_back(timed(fused ? "add+layer_norm fwd+bwd fused" : "add+layer_norm fwd+bwd composed", shape, time_ms,
+                           [&] {
+                             AddLayerNormOutput o = add_layer_norm(x, res, {n}, w, b);
+                             backward({o.sum, o.out}, {gs, go});
+                           }));
+    }
+  }
+  ops::set_fused_add_layer_norm_cuda(before);
+}
+
+// The candidate's group: its name up to the variant ("layer_norm fwd", "attention fwd+bwd", ...).
+std::string group_of(const Row& r) {
+  const size_t cut = r.candidate.rfind(' ');
+  return r.candidate.substr(0, cut) + " | " + r.shape;
+}
+
+}  // namespace
+
+int run_sweep(const SweepOptions& options, const TimeFn& time_ms) {
+  std::vector<Row> rows;
+  auto want = [&](const char* name) { return options.only.empty() || options.only == name; };
+  if (want("layer_norm")) sweep_layer_norm(rows, time_ms);
+  if (want("attention")) sweep_attention(rows, time_ms);
+  if (want("epilogue")) sweep_epilogue(rows, time_ms);
+  if (want("add_layer_norm")) sweep_add_layer_norm(rows, time_ms);
+
+  // The first row of each group is its default; the fastest row of each group is marked.
+  std::map<std::string, size_t> first, best;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string g = group_of(rows[i]);
+    first.try_emplace(g, i);
+    if (rows[i].ms == rows[i].ms) {
+      auto [it, fresh] = best.try_emplace(g, i);
+      if (!fresh && rows[i].ms < rows[it->second].ms) it->second = i;
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  std::printf("\n%-72s %-24s %9s %9s\n", "sweep candidate", "shape", "ms", "vs first");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const std::string g = group_of(r);
+    const double base = rows[first[g]].ms;
+    const bool fastest = best.count(g) && best[g] == i;
+    if (r.ms == r.ms)
+      std::printf("%-72s %-24s %9.3f %8.2fx%s\n", r.candidate.c_str(), r.shape.c_str(), r.ms, base / r.ms,
+                  fastest ? "  <- fastest" : "");
+    else
+      std::printf("%-72s %-24s %9s  failed: %.200s\n", r.candidate.c_str(), r.shape.c_str(), "-", r.error.c_str());
+    out.push_back({{"candidate", r.candidate}, {"shape", r.shape}, {"ms", r.ms == r.ms ? nlohmann::json(r.ms) : nlohmann::json()},
+                   {"error", r.error}, {"fastest", fastest}});
+  }
+  std::printf("\nfastest per group:\n");
+  for (const auto& [g, i] : best)
+    std::printf("  %-60s %s (%.3f ms, %.2fx the first)\n", g.c_str(), rows[i].candidate.c_str(), rows[i].ms,
+                rows[first[g]].ms / rows[i].ms);
+  if (!options.json_path.empty()) {
+    std::ofstream f(options.json_path);
+    KILN_CHECK_IO(f.good(), "bench_cuda --sweep: cannot write ", options.json_path);
+    f << out.dump(1) << "\n";
+    KILN_CHECK_IO(f.good(), "bench_cuda --sweep: writing ", options.json_path, " failed");
+  }
+  return 0;
+}
+
+}  // namespace kiln::apps
