@@ -33,8 +33,11 @@ bool in_storage(const Tensor& t) {
   int64_t hi = t.offset();
   for (int64_t d = 0; d < t.dim(); ++d) hi += (t.shape()[d] - 1) * std::max<int64_t>(t.strides()[d], 0);
   const int64_t offset_bytes = std::max<int64_t>(t.offset(), 0) * esize;
+  // A pending storage with a release note is, to its readers, released: the owner (FSDP, a prefetched
+  // gather nobody waited for) writes it for reads it expects, and its note says why this one was not.
   std::string what =
-      storage.is_pending()
+      storage.is_pending() && storage.release_note() ? std::string(" lies in a released storage")
+      : storage.is_pending()
           ? detail::str_cat(" lies in a storage whose bytes are still being written (pending: an asynchronous "
                             "write its owner has not waited for)")
           : detail::str_cat(" reaches byte ", (hi + 1) * esize, " of its storage, which holds ", storage.nbytes(),
