@@ -16,8 +16,8 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
   AutogradMeta& m = autograd::ensure_meta(*this);
   KILN_CHECK(!m.grad_fn || requires_grad, "requires_grad_: can only change the flag of a leaf; this tensor "
              "(shape ", shape(), ") was computed by ", m.grad_fn->name(), " (use detach())");
-  KILN_CHECK(!requires_grad || is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ",
-             dtype());
+  KILN_CHECK_VALUE(!requires_grad || is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ",
+                   dtype());
   m.requires_grad = requires_grad;
   return *this;
 }
@@ -34,8 +34,8 @@ Tensor Tensor::grad() const {
 
 void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined())
-    KILN_CHECK(grad.shape() == shape(), "set_grad: gradient of shape ", grad.shape(), " for a tensor of shape ",
-               shape());
+    KILN_CHECK_VALUE(grad.shape() == shape(), "set_grad: gradient of shape ", grad.shape(), " for a tensor of shape ",
+                     shape());
   if (!grad.defined() && !autograd::meta(*this)) return;
   autograd::ensure_meta(*this).grad = grad;
 }
@@ -68,9 +68,9 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 void Tensor::set_data(const Tensor& new_data) const {
   check_defined(*this, "set_data", "tensor");
   check_defined(new_data, "set_data", "new_data");
-  KILN_CHECK(!requires_grad() || is_floating(new_data.dtype()), "set_data: data set to a tensor that requires "
-             "grad must be floating point, got ", new_data.dtype(), " (shape ", new_data.shape(), ") for a tensor "
-             "of shape ", shape());
+  KILN_CHECK_VALUE(!requires_grad() || is_floating(new_data.dtype()), "set_data: data set to a tensor that requires "
+                   "grad must be floating point, got ", new_data.dtype(), " (shape ", new_data.shape(), ") for a tensor "
+                   "of shape ", shape());
   impl()->set_data(*new_data.impl());
 }
 

@@ -34,8 +34,8 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   check_defined(src, "copy_", "source");
   ops::check_in_storage(*this, "copy_", "destination");  // Note [Reads within the storage]
   ops::check_in_storage(src, "copy_", "source");
-  KILN_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source of shape ", src.shape(),
-             " cannot be broadcast to the destination's shape ", shape());
+  KILN_CHECK_VALUE(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source of shape ", src.shape(),
+                   " cannot be broadcast to the destination's shape ", shape());
   if (numel() == 0) return *this;
   Tensor s = src.expand(shape());
   if (device() == s.device()) {

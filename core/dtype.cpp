@@ -28,6 +28,6 @@ DType promote_types(DType a, DType b) {
 
 namespace kiln::detail {
 void throw_unsupported_dtype(const char* op, DType t, const char* accepted) {
-  throw Error(str_cat(op, ": unsupported dtype ", dtype_name(t), " (accepted: ", accepted, ")"));
+  throw ValueError(str_cat(op, ": unsupported dtype ", dtype_name(t), " (accepted: ", accepted, ")"));
 }
 }  // namespace kiln::detail

@@ -15,12 +15,22 @@ class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// Note [Error classes]: which kind a user mistake throws (catch kiln::Error for all of them).
+//   ValueError        an argument with a bad value: shapes that do not fit (matmul's inner dims,
+//                     broadcasting, reshape/view/expand, a layer's input), a dtype an op does not take
+//                     or operands of different dtypes, an option out of its range, an undefined tensor
+//   IndexError        an index or dim out of range: dims, select/narrow bounds, embedding ids,
+//                     index_select/gather/scatter indices, cross-entropy targets, container indices
+//   IOError           files: missing, unreadable, corrupt, failed writes
+//   DistributedError  the job: rendezvous, collectives, timeouts, ranks that disagree
+//   kiln::Error       the rest: tensors on different devices or on a device with no kernel, misuse
+//                     of autograd state (requires_grad_ on a non-leaf, ...), bad environment variables
 // An argument with a bad value (wrong shape, dtype, option) where no more specific kind applies.
 class ValueError : public Error {
  public:
   using Error::Error;
 };
-// An index or dimension out of range (slice bounds, dims, embedding ids, gather indices).
+// An index or dimension out of range (slice bounds, dims, embedding ids, gather indices, targets).
 class IndexError : public Error {
  public:
   using Error::Error;

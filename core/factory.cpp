@@ -16,8 +16,8 @@ namespace kiln {
 
 Tensor empty(const Shape& shape, TensorOptions o) {
   if (!o.pinned_memory_) return empty(shape, o.dtype_, o.device_);
-  KILN_CHECK(o.device_.is_cpu(), "empty: pinned memory is host memory, but the device is ", o.device_);
-  for (int64_t d : shape) KILN_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  KILN_CHECK_VALUE(o.device_.is_cpu(), "empty: pinned memory is host memory, but the device is ", o.device_);
+  for (int64_t d : shape) KILN_CHECK_VALUE(d >= 0, "empty: negative dimension in shape ", shape);
   size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(o.dtype_);
   return make_tensor(Storage::allocate_pinned(nbytes), o.dtype_, shape, contiguous_strides(shape));
 }
@@ -35,9 +35,9 @@ Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device
 Tensor arange(double end, TensorOptions o) { return arange(0.0, end, 1.0, o); }
 
 Tensor arange(double start, double end, double step, TensorOptions o) {
-  KILN_CHECK(step != 0.0, "arange: step must be non-zero");
-  KILN_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start ", start, " and end ", end,
-             " must be finite");
+  KILN_CHECK_VALUE(step != 0.0, "arange: step must be non-zero");
+  KILN_CHECK_VALUE(std::isfinite(start) && std::isfinite(end), "arange: start ", start, " and end ", end,
+                   " must be finite");
   int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
   if constexpr (cuda::kBuilt)
     if (o.device_.is_cuda()) {
@@ -72,7 +72,7 @@ static Tensor random_fill(const Shape& shape, TensorOptions o, const char* op, D
 // on the device for a CUDA tensor (cuda::random_fill: the CPU's draws).
 static Tensor random_floating(const char* op, cuda::RandomDraw draw, const Shape& shape, Generator& gen,
                               TensorOptions o) {
-  KILN_CHECK(is_floating(o.dtype_), op, ": expected a floating dtype, got ", o.dtype_);
+  KILN_CHECK_VALUE(is_floating(o.dtype_), op, ": expected a floating dtype, got ", o.dtype_);
   uint64_t seed = gen.seed(), first = gen.advance(shape_numel(shape));
   if constexpr (cuda::kBuilt)
     if (o.device_.is_cuda()) {
@@ -95,7 +95,7 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions o) {
 Tensor randn(const Shape& shape, TensorOptions o) { return randn(shape, default_generator(), o); }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, TensorOptions o) {
-  KILN_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
+  KILN_CHECK_VALUE(high > low, "randint: empty range [", low, ", ", high, ")");
   uint64_t seed = gen.seed(), first = gen.advance(shape_numel(shape));
   if constexpr (cuda::kBuilt)
     if (o.device_.is_cuda()) {
@@ -134,7 +134,7 @@ static void affine_random_(Tensor& t, cuda::RandomDraw draw, double a, double b,
 Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
   check_defined(t, "uniform_");
   ops::check_in_storage(t, "uniform_", "tensor");
-  KILN_CHECK(is_floating(t.dtype()), "uniform_: expected a floating tensor, got ", t.dtype());
+  KILN_CHECK_VALUE(is_floating(t.dtype()), "uniform_: expected a floating tensor, got ", t.dtype());
   uint64_t seed = gen.seed(), first = gen.advance(t.numel());
   affine_random_(t, cuda::RandomDraw::uniform_affine, low, high - low, seed, first);
   return t;
@@ -143,7 +143,7 @@ Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
 Tensor& normal_(Tensor& t, double mean, double std, Generator& gen) {
   check_defined(t, "normal_");
   ops::check_in_storage(t, "normal_", "tensor");
-  KILN_CHECK(is_floating(t.dtype()), "normal_: expected a floating tensor, got ", t.dtype());
+  KILN_CHECK_VALUE(is_floating(t.dtype()), "normal_: expected a floating tensor, got ", t.dtype());
   uint64_t seed = gen.seed(), first = gen.advance(t.numel());
   affine_random_(t, cuda::RandomDraw::normal_affine, mean, std, seed, first);
   return t;
@@ -151,8 +151,8 @@ Tensor& normal_(Tensor& t, double mean, double std, Generator& gen) {
 
 template <class T>
 Tensor from_vector(const std::vector<T>& data, const Shape& shape, Device device) {
-  KILN_CHECK(static_cast<int64_t>(data.size()) == shape_numel(shape), "from_vector: ", data.size(),
-             " values do not fill shape ", shape, " (", shape_numel(shape), " elements)");
+  KILN_CHECK_VALUE(static_cast<int64_t>(data.size()) == shape_numel(shape), "from_vector: ", data.size(),
+                   " values do not fill shape ", shape, " (", shape_numel(shape), " elements)");
   Tensor t = empty(shape, dtype_of<T>, Device::cpu());
   if constexpr (std::is_same_v<T, bool>) {
     bool* p = t.data<bool>();

@@ -79,7 +79,7 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, S
 }
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) KILN_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  for (int64_t d : shape) KILN_CHECK_VALUE(d >= 0, "empty: negative dimension in shape ", shape);
   size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   return make_tensor(Storage::allocate(nbytes, device), dtype, shape, contiguous_strides(shape));
 }
@@ -121,18 +121,18 @@ bool Tensor::is_contiguous() const {
 
 Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t offset) const {
   (void)checked("as_strided");
-  KILN_CHECK(shape.size() == strides.size(), "as_strided: shape ", shape, " and strides ", strides,
-             " differ in length");
+  KILN_CHECK_VALUE(shape.size() == strides.size(), "as_strided: shape ", shape, " and strides ", strides,
+                   " differ in length");
   // Bounds: the furthest element must lie inside the storage.
   if (shape_numel(shape) > 0) {
     int64_t last = offset;
     for (size_t i = 0; i < shape.size(); ++i) {
-      KILN_CHECK(strides[i] >= 0, "as_strided: negative stride ", strides[i], " in ", strides);
+      KILN_CHECK_VALUE(strides[i] >= 0, "as_strided: negative stride ", strides[i], " in ", strides);
       last += (shape[i] - 1) * strides[i];
     }
-    KILN_CHECK(offset >= 0 && static_cast<size_t>(last + 1) * element_size() <= storage()->nbytes(),
-               "as_strided: shape ", shape, " strides ", strides, " offset ", offset, " reach element ", last,
-               " but the storage holds ", storage()->nbytes() / element_size(), " elements");
+    KILN_CHECK_VALUE(offset >= 0 && static_cast<size_t>(last + 1) * element_size() <= storage()->nbytes(),
+                     "as_strided: shape ", shape, " strides ", strides, " offset ", offset, " reach element ", last,
+                     " but the storage holds ", storage()->nbytes() / element_size(), " elements");
   }
   int64_t rel = offset - this->offset();  // replayed relative to the input's own offset
   return derived(*this, make_tensor(storage(), dtype(), shape, strides, offset), kView,
@@ -176,20 +176,20 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const Shape& from, c
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
-      KILN_CHECK(infer < 0, op, ": only one dim can be -1 in ", shape);
+      KILN_CHECK_VALUE(infer < 0, op, ": only one dim can be -1 in ", shape);
       infer = static_cast<int64_t>(i);
     } else {
-      KILN_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in ", shape);
+      KILN_CHECK_VALUE(out[i] >= 0, op, ": invalid size ", out[i], " in ", shape);
       known *= out[i];
     }
   }
   if (infer >= 0) {
-    KILN_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input of shape ", from,
-               " (", numel, " elements)");
+    KILN_CHECK_VALUE(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input of shape ", from,
+                     " (", numel, " elements)");
     out[infer] = numel / known;
   }
-  KILN_CHECK(shape_numel(out) == numel, op, ": shape ", shape, " is invalid for input of shape ", from, " (",
-             numel, " elements)");
+  KILN_CHECK_VALUE(shape_numel(out) == numel, op, ": shape ", shape, " is invalid for input of shape ", from, " (",
+                   numel, " elements)");
   return out;
 }
 
@@ -197,8 +197,8 @@ Tensor Tensor::view(const Shape& shape) const {
   (void)checked("view");
   Shape s = infer_shape(shape, numel(), this->shape(), "view");
   auto st = view_strides(this->shape(), strides(), s);
-  KILN_CHECK(st.has_value(), "view: cannot view a tensor of shape ", this->shape(), " and strides ", strides(),
-             " as ", s, " without a copy; use reshape()");
+  KILN_CHECK_VALUE(st.has_value(), "view: cannot view a tensor of shape ", this->shape(), " and strides ", strides(),
+                   " as ", s, " without a copy; use reshape()");
   return derived_view(*this, make_tensor(storage(), dtype(), s, *st, offset()),
                       [s](const Tensor& t) { return t.view(s); },
                       [in = this->shape()](const Tensor& g) { return g.reshape(in); });
@@ -229,14 +229,14 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 
 Tensor Tensor::permute(const Shape& dims) const {
   (void)checked("permute");
-  KILN_CHECK(dims.ndim() == dim(), "permute: got ", dims.size(), " dims ", dims, " for a tensor of ", dim(),
-             " dims");
+  KILN_CHECK_VALUE(dims.ndim() == dim(), "permute: got ", dims.size(), " dims ", dims, " for a tensor of ", dim(),
+                   " dims");
   Shape s(dims.size());
   Strides st(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
     int64_t d = wrap_dim(dims[i], dim(), "permute");
-    KILN_CHECK(!seen[d], "permute: dim ", d, " repeats in ", dims);
+    KILN_CHECK_VALUE(!seen[d], "permute: dim ", d, " repeats in ", dims);
     seen[d] = true;
     s[i] = shape()[d];
     st[i] = strides()[d];
@@ -250,14 +250,14 @@ Tensor Tensor::permute(const Shape& dims) const {
 
 Tensor Tensor::t() const {
   (void)checked("t");
-  KILN_CHECK(dim() <= 2, "t: expected a tensor of at most 2 dims, got shape ", shape());
+  KILN_CHECK_VALUE(dim() <= 2, "t: expected a tensor of at most 2 dims, got shape ", shape());
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
   (void)checked("slice");
   d = wrap_dim(d, dim(), "slice");
-  KILN_CHECK(step > 0, "slice: step must be positive, got ", step);
+  KILN_CHECK_VALUE(step > 0, "slice: step must be positive, got ", step);
   int64_t n = shape()[d];
   if (start < 0) start += n;
   if (end < 0) end += n;
@@ -301,22 +301,22 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 
 Tensor Tensor::expand(const Shape& shape) const {
   (void)checked("expand");
-  KILN_CHECK(shape.ndim() >= dim(), "expand: target shape ", shape, " has fewer dims than the tensor's ",
-             this->shape());
+  KILN_CHECK_VALUE(shape.ndim() >= dim(), "expand: target shape ", shape, " has fewer dims than the tensor's ",
+                   this->shape());
   Shape s(shape.size());
   Strides st(shape.size());
   int64_t lead = shape.ndim() - dim();
   for (int64_t i = 0; i < shape.ndim(); ++i) {
     if (i < lead) {
-      KILN_CHECK(shape[i] >= 0, "expand: invalid size ", shape[i], " in ", shape);
+      KILN_CHECK_VALUE(shape[i] >= 0, "expand: invalid size ", shape[i], " in ", shape);
       s[i] = shape[i];
       st[i] = 0;
       continue;
     }
     int64_t have = this->shape()[i - lead];
     int64_t want = shape[i] == -1 ? have : shape[i];
-    KILN_CHECK(want == have || have == 1, "expand: cannot expand shape ", this->shape(), " to ", shape, " (dim ",
-               i, ": ", have, " to ", want, ")");
+    KILN_CHECK_VALUE(want == have || have == 1, "expand: cannot expand shape ", this->shape(), " to ", shape, " (dim ",
+                     i, ": ", have, " to ", want, ")");
     s[i] = want;
     st[i] = want == have ? strides()[i - lead] : 0;
   }
@@ -368,7 +368,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   (void)checked("flatten");
   if (dim() == 0) return reshape({1});
   int64_t a = wrap_dim(start_dim, dim(), "flatten"), b = wrap_dim(end_dim, dim(), "flatten");
-  KILN_CHECK(a <= b, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
+  KILN_CHECK_VALUE(a <= b, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
   Shape s(shape().begin(), shape().begin() + a);
   int64_t n = 1;
   for (int64_t i = a; i <= b; ++i) n *= shape()[i];
@@ -411,7 +411,7 @@ bool Tensor::is_pinned() const { return defined() && storage()->is_pinned(); }
 
 double Tensor::item() const {
   (void)checked("item");
-  KILN_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape());
+  KILN_CHECK_VALUE(numel() == 1, "item: expected a tensor with one element, got shape ", shape());
   ops::check_in_storage(*this, "item", "tensor");  // the copies below may all be no-ops
   Tensor c = to(Device::cpu()).to(DType::f64);
   return *static_cast<const double*>(c.data_ptr());

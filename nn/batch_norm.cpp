@@ -11,9 +11,9 @@ namespace kiln::nn {
 
 BatchNorm2d::BatchNorm2d(const BatchNormOptions& opts) : options(opts) {
   const int64_t c = options.num_features_;
-  KILN_CHECK(c > 0, "BatchNorm2d: num_features must be positive, got ", c);
-  KILN_CHECK(options.momentum_ >= 0 && options.momentum_ <= 1, "BatchNorm2d: momentum ", options.momentum_,
-             " is outside [0, 1]");
+  KILN_CHECK_VALUE(c > 0, "BatchNorm2d: num_features must be positive, got ", c);
+  KILN_CHECK_VALUE(options.momentum_ >= 0 && options.momentum_ <= 1, "BatchNorm2d: momentum ", options.momentum_,
+                   " is outside [0, 1]");
   if (options.affine_) {
     weight = register_parameter("weight", empty({c}));
     bias = register_parameter("bias", empty({c}));
@@ -42,15 +42,15 @@ void BatchNorm2d::reset_parameters() {
 Tensor BatchNorm2d::forward(const Tensor& x) {
   check_defined(x, "BatchNorm2d::forward");
   const int64_t c = options.num_features_;
-  KILN_CHECK(x.dim() == 4 && x.size(1) == c, "BatchNorm2d(num_features=", c, "): expected input of shape (N, ", c,
-             ", H, W), got ", x.shape());
+  KILN_CHECK_VALUE(x.dim() == 4 && x.size(1) == c, "BatchNorm2d(num_features=", c, "): expected input of shape (N, ", c,
+                   ", H, W), got ", x.shape());
   bool use_batch_stats = is_training() || !options.track_running_stats_;
   // As torch's SyncBatchNorm: only training syncs (eval without running stats uses the local batch).
   const bool synced = is_training() && cross_process_stats && cross_process_stats->size() > 1;
   if (is_training() && options.track_running_stats_) {
     // Synced: one value here is fine when the other processes have more (the global count).
-    KILN_CHECK(synced || x.numel() / c > 1, "BatchNorm2d(num_features=", c,
-               "): training needs more than one value per channel, got input ", x.shape());
+    KILN_CHECK_VALUE(synced || x.numel() / c > 1, "BatchNorm2d(num_features=", c,
+                     "): training needs more than one value per channel, got input ", x.shape());
     NoGradGuard no_grad;
     // On the tensor's device: no host round trip on the training path.
     num_batches_tracked.copy_(kiln::add(num_batches_tracked, ones_like(num_batches_tracked)));

@@ -6,8 +6,8 @@
 namespace kiln::nn {
 
 Dropout::Dropout(const DropoutOptions& opts) : options(opts) {
-  KILN_CHECK(options.p_ >= 0.0 && options.p_ <= 1.0, "Dropout: probability p must be in [0, 1], got ", options.p_);
-  KILN_CHECK(!(options.generator_ && options.seed_), "Dropout: give either a generator or a seed, not both");
+  KILN_CHECK_VALUE(options.p_ >= 0.0 && options.p_ <= 1.0, "Dropout: probability p must be in [0, 1], got ", options.p_);
+  KILN_CHECK_VALUE(!(options.generator_ && options.seed_), "Dropout: give either a generator or a seed, not both");
   if (options.seed_) own_generator_.emplace(*options.seed_);
 }
 

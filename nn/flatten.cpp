@@ -7,8 +7,8 @@ Tensor Flatten::forward(const Tensor& x) {
   check_defined(x, "Flatten::forward");
   const int64_t n = x.dim(), s = options.start_dim_, e = options.end_dim_;
   const int64_t ws = s < 0 ? s + n : s, we = e < 0 ? e + n : e;
-  KILN_CHECK(ws >= 0 && ws < n && we >= 0 && we < n && ws <= we, "Flatten(start_dim=", s, ", end_dim=", e,
-             "): invalid for an input of shape ", x.shape());
+  KILN_CHECK_VALUE(ws >= 0 && ws < n && we >= 0 && we < n && ws <= we, "Flatten(start_dim=", s, ", end_dim=", e,
+                   "): invalid for an input of shape ", x.shape());
   return x.flatten(ws, we);
 }
 

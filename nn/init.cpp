@@ -25,8 +25,8 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
 
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor) {
   check_defined(tensor, "calculate_fan_in_and_fan_out", "tensor");
-  KILN_CHECK(tensor.dim() >= 2, "calculate_fan_in_and_fan_out: needs a tensor with at least 2 dims, got shape ",
-             tensor.shape());
+  KILN_CHECK_VALUE(tensor.dim() >= 2, "calculate_fan_in_and_fan_out: needs a tensor with at least 2 dims, got shape ",
+                   tensor.shape());
   int64_t receptive = 1;
   for (int64_t d = 2; d < tensor.dim(); ++d) receptive *= tensor.size(d);
   return {tensor.size(1) * receptive, tensor.size(0) * receptive};
@@ -35,13 +35,13 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor) {
 static int64_t fan_for(const Tensor& tensor, FanMode mode, const char* fn) {
   auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(tensor);
   int64_t fan = mode == FanMode::fan_in ? fan_in : fan_out;
-  KILN_CHECK(fan > 0, fn, ": zero fan for a tensor of shape ", tensor.shape());
+  KILN_CHECK_VALUE(fan > 0, fn, ": zero fan for a tensor of shape ", tensor.shape());
   return fan;
 }
 
 Tensor uniform_(const Tensor& tensor, double low, double high, Generator& gen) {
   check_defined(tensor, "init::uniform_", "tensor");
-  KILN_CHECK(low <= high, "init::uniform_: low ", low, " > high ", high);
+  KILN_CHECK_VALUE(low <= high, "init::uniform_: low ", low, " > high ", high);
   NoGradGuard no_grad;
   Tensor t = tensor;
   kiln::uniform_(t, low, high, gen);
@@ -50,7 +50,7 @@ Tensor uniform_(const Tensor& tensor, double low, double high, Generator& gen) {
 
 Tensor normal_(const Tensor& tensor, double mean, double std, Generator& gen) {
   check_defined(tensor, "init::normal_", "tensor");
-  KILN_CHECK(std >= 0, "init::normal_: negative std ", std);
+  KILN_CHECK_VALUE(std >= 0, "init::normal_: negative std ", std);
   NoGradGuard no_grad;
   Tensor t = tensor;
   kiln::normal_(t, mean, std, gen);
@@ -81,14 +81,14 @@ Tensor kaiming_normal_(const Tensor& tensor, double a, FanMode mode, Nonlinearit
 
 Tensor xavier_uniform_(const Tensor& tensor, double gain, Generator& gen) {
   auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(tensor);
-  KILN_CHECK(fan_in + fan_out > 0, "xavier_uniform_: zero fan for a tensor of shape ", tensor.shape());
+  KILN_CHECK_VALUE(fan_in + fan_out > 0, "xavier_uniform_: zero fan for a tensor of shape ", tensor.shape());
   double bound = std::sqrt(3.0) * gain * std::sqrt(2.0 / double(fan_in + fan_out));
   return uniform_(tensor, -bound, bound, gen);
 }
 
 Tensor xavier_normal_(const Tensor& tensor, double gain, Generator& gen) {
   auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(tensor);
-  KILN_CHECK(fan_in + fan_out > 0, "xavier_normal_: zero fan for a tensor of shape ", tensor.shape());
+  KILN_CHECK_VALUE(fan_in + fan_out > 0, "xavier_normal_: zero fan for a tensor of shape ", tensor.shape());
   return normal_(tensor, 0.0, gain * std::sqrt(2.0 / double(fan_in + fan_out)), gen);
 }
 

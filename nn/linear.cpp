@@ -10,8 +10,8 @@
 namespace kiln::nn {
 
 Linear::Linear(const LinearOptions& opts) : options(opts) {
-  KILN_CHECK(options.in_features_ > 0 && options.out_features_ > 0, "Linear: in_features (", options.in_features_,
-             ") and out_features (", options.out_features_, ") must be positive");
+  KILN_CHECK_VALUE(options.in_features_ > 0 && options.out_features_ > 0, "Linear: in_features (", options.in_features_,
+                   ") and out_features (", options.out_features_, ") must be positive");
   weight = register_parameter("weight", empty({options.out_features_, options.in_features_}));
   if (options.bias_) bias = register_parameter("bias", empty({options.out_features_}));
   reset_parameters(generator_or_default(options.generator_));
@@ -27,8 +27,8 @@ void Linear::reset_parameters(Generator& gen) {
 
 Tensor Linear::forward(const Tensor& x) {
   check_defined(x, "Linear::forward");
-  KILN_CHECK(x.dim() >= 1 && x.size(-1) == options.in_features_, "Linear(in_features=", options.in_features_,
-             "): expected input of shape (..., ", options.in_features_, "), got ", x.shape());
+  KILN_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == options.in_features_, "Linear(in_features=", options.in_features_,
+                   "): expected input of shape (..., ", options.in_features_, "), got ", x.shape());
   return kiln::linear(x, weight, bias);
 }
 

@@ -92,17 +92,17 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   ops::check_in_storage(q, "scaled_dot_product_attention", "q");  // the fused path reads them directly
   ops::check_in_storage(k, "scaled_dot_product_attention", "k");
   ops::check_in_storage(v, "scaled_dot_product_attention", "v");
-  KILN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
-             "scaled_dot_product_attention: q, k, v must be 4-D (B, H, T, D), got shapes ", q.shape(), ", ",
-             k.shape(), ", ", v.shape());
-  KILN_CHECK(q.shape() == k.shape(), "scaled_dot_product_attention: q has shape ", q.shape(), " but k has shape ",
-             k.shape());
-  KILN_CHECK(v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2),
-             "scaled_dot_product_attention: v of shape ", v.shape(), " does not match k of shape ", k.shape(),
-             " in (B, H, T)");
-  KILN_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
-             "scaled_dot_product_attention: q, k, v must share one floating dtype, got ", q.dtype(), ", ", k.dtype(),
-             ", ", v.dtype());
+  KILN_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+                   "scaled_dot_product_attention: q, k, v must be 4-D (B, H, T, D), got shapes ", q.shape(), ", ",
+                   k.shape(), ", ", v.shape());
+  KILN_CHECK_VALUE(q.shape() == k.shape(), "scaled_dot_product_attention: q has shape ", q.shape(), " but k has shape ",
+                   k.shape());
+  KILN_CHECK_VALUE(v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2),
+                   "scaled_dot_product_attention: v of shape ", v.shape(), " does not match k of shape ", k.shape(),
+                   " in (B, H, T)");
+  KILN_CHECK_VALUE(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+                   "scaled_dot_product_attention: q, k, v must share one floating dtype, got ", q.dtype(), ", ", k.dtype(),
+                   ", ", v.dtype());
   ops::check_same_device("scaled_dot_product_attention", q, k);
   ops::check_same_device("scaled_dot_product_attention", q, v);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));

@@ -31,19 +31,19 @@ Tensor reduce_rows(const Tensor& rows, Reduction reduction, const Shape& lead, c
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
   check_defined(logits, "cross_entropy", "logits");
   check_defined(targets, "cross_entropy", "targets");
-  KILN_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be floating, got ", logits.dtype());
-  KILN_CHECK(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
-             "cross_entropy: targets must be i64 or i32 class indices, got ", targets.dtype());
-  KILN_CHECK(logits.dim() >= 1 && logits.size(-1) >= 1,
-             "cross_entropy: logits must be (..., C) with C >= 1, got shape ", logits.shape());
+  KILN_CHECK_VALUE(is_floating(logits.dtype()), "cross_entropy: logits must be floating, got ", logits.dtype());
+  KILN_CHECK_VALUE(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
+                   "cross_entropy: targets must be i64 or i32 class indices, got ", targets.dtype());
+  KILN_CHECK_VALUE(logits.dim() >= 1 && logits.size(-1) >= 1,
+                   "cross_entropy: logits must be (..., C) with C >= 1, got shape ", logits.shape());
   const double ls = options.label_smoothing_;
-  KILN_CHECK(ls >= 0.0 && ls <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ", ls);
+  KILN_CHECK_VALUE(ls >= 0.0 && ls <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ", ls);
   const int64_t c = logits.size(-1);
   const Shape lead(logits.shape().begin(), logits.shape().end() - 1);
   const int64_t n = shape_numel(lead);
-  KILN_CHECK(targets.shape() == lead || (targets.dim() == 1 && targets.numel() == n),
-             "cross_entropy: targets of shape ", targets.shape(), " do not match logits of shape ", logits.shape(),
-             " (expected ", lead, " or [", n, "])");
+  KILN_CHECK_VALUE(targets.shape() == lead || (targets.dim() == 1 && targets.numel() == n),
+                   "cross_entropy: targets of shape ", targets.shape(), " do not match logits of shape ", logits.shape(),
+                   " (expected ", lead, " or [", n, "])");
   // Under autocast the loss is f32 (Note [Autocast op lists]). The fused kernels already compute
   // 16-bit logits in float, so the logits are not cast: no f32 copy of an (N, C) tensor.
   const bool low = logits.dtype() == DType::bf16 || logits.dtype() == DType::f16;

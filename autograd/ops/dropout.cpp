@@ -34,8 +34,8 @@ Tensor make_mask(const Shape& shape, double p, double scale, uint64_t seed, uint
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   check_defined(x, "dropout");
-  KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, got p = ", p);
-  KILN_CHECK(is_floating(x.dtype()), "dropout: expected a floating input, got ", x.dtype());
+  KILN_CHECK_VALUE(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, got p = ", p);
+  KILN_CHECK_VALUE(is_floating(x.dtype()), "dropout: expected a floating input, got ", x.dtype());
   if (!training || p == 0.0) return x;
   const uint64_t first = gen.advance(static_cast<uint64_t>(x.numel()));
   const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);

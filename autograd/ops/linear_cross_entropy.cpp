@@ -30,27 +30,27 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   check_defined(x, "linear_cross_entropy", "x");
   check_defined(weight, "linear_cross_entropy", "weight");
   check_defined(targets, "linear_cross_entropy", "targets");
-  KILN_CHECK(is_floating(x.dtype()) && is_floating(weight.dtype()),
-             "linear_cross_entropy: x and weight must be floating, got ", x.dtype(), " and ", weight.dtype());
-  KILN_CHECK(weight.dim() == 2, "linear_cross_entropy: weight must be (V, C), got shape ", weight.shape());
-  KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear_cross_entropy: x of shape ", x.shape(),
-             " does not match weight of shape ", weight.shape(), " (x's last dim must be ", weight.size(1), ")");
+  KILN_CHECK_VALUE(is_floating(x.dtype()) && is_floating(weight.dtype()),
+                   "linear_cross_entropy: x and weight must be floating, got ", x.dtype(), " and ", weight.dtype());
+  KILN_CHECK_VALUE(weight.dim() == 2, "linear_cross_entropy: weight must be (V, C), got shape ", weight.shape());
+  KILN_CHECK_VALUE(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear_cross_entropy: x of shape ", x.shape(),
+                   " does not match weight of shape ", weight.shape(), " (x's last dim must be ", weight.size(1), ")");
   KILN_CHECK(x.device() == weight.device(), "linear_cross_entropy: x on ", x.device(), " but weight on ",
              weight.device());
-  KILN_CHECK(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
-             "linear_cross_entropy: targets must be i64 or i32 class indices, got ", targets.dtype());
-  KILN_CHECK(options.reduction_ != Reduction::none,
-             "linear_cross_entropy: reduction none is not supported (use linear + cross_entropy)");
+  KILN_CHECK_VALUE(targets.dtype() == DType::i64 || targets.dtype() == DType::i32,
+                   "linear_cross_entropy: targets must be i64 or i32 class indices, got ", targets.dtype());
+  KILN_CHECK_VALUE(options.reduction_ != Reduction::none,
+                   "linear_cross_entropy: reduction none is not supported (use linear + cross_entropy)");
   const int64_t c = x.size(-1), v = weight.size(0);
   const int64_t classes = options.classes_ < 0 ? v : options.classes_;
-  KILN_CHECK(classes >= 1 && classes <= v, "linear_cross_entropy: classes (", classes,
-             ") must be in [1, weight rows = ", v, "]");
+  KILN_CHECK_VALUE(classes >= 1 && classes <= v, "linear_cross_entropy: classes (", classes,
+                   ") must be in [1, weight rows = ", v, "]");
   const Shape lead(x.shape().begin(), x.shape().end() - 1);
   const int64_t n = shape_numel(lead);
-  KILN_CHECK(targets.shape() == lead || (targets.dim() == 1 && targets.numel() == n),
-             "linear_cross_entropy: targets of shape ", targets.shape(), " do not match x of shape ", x.shape(),
-             " (expected ", lead, " or [", n, "])");
-  KILN_CHECK(options.chunk_rows_ >= 0, "linear_cross_entropy: chunk_rows must be >= 0, got ", options.chunk_rows_);
+  KILN_CHECK_VALUE(targets.shape() == lead || (targets.dim() == 1 && targets.numel() == n),
+                   "linear_cross_entropy: targets of shape ", targets.shape(), " do not match x of shape ", x.shape(),
+                   " (expected ", lead, " or [", n, "])");
+  KILN_CHECK_VALUE(options.chunk_rows_ >= 0, "linear_cross_entropy: chunk_rows must be >= 0, got ", options.chunk_rows_);
   const int64_t chunk = options.chunk_rows_ > 0 ? options.chunk_rows_ : default_chunk_rows(classes);
 
   const bool grad = autograd::needs_grad({&x, &weight});

@@ -34,9 +34,9 @@ Tensor linear_gelu_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor&
                b1 = autograd::autocast_to_low(b1_in), w2 = autograd::autocast_to_low(w2_in),
                b2 = autograd::autocast_to_low(b2_in);
   ops::LinearGelu first = ops::linear_gelu(x, w1, b1);  // act (..., hidden), pre (..., hidden)
-  KILN_CHECK(w2.dim() == 2 && w2.shape()[1] == first.out.shape()[first.out.dim() - 1], "linear_gelu_linear: w2 ",
-             w2.shape(), " does not take the hidden width ", first.out.shape()[first.out.dim() - 1], " of w1 ",
-             w1.shape());
+  KILN_CHECK_VALUE(w2.dim() == 2 && w2.shape()[1] == first.out.shape()[first.out.dim() - 1], "linear_gelu_linear: w2 ",
+                   w2.shape(), " does not take the hidden width ", first.out.shape()[first.out.dim() - 1], " of w1 ",
+                   w1.shape());
   Tensor out = ops::linear(first.out, w2, b2);
   const Tensor pre = first.pre_gelu;
   return autograd::record(out, "LinearGeluLinearBackward", {&x, &w1, &b1, &w2, &b2}, [&](const autograd::Needs& needs) {

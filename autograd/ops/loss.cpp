@@ -23,10 +23,10 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
   const Tensor input = autograd::autocast_to_f32(input_in), target = autograd::autocast_to_f32(target_in);
   check_defined(input, "mse_loss", "input");
   check_defined(target, "mse_loss", "target");
-  KILN_CHECK(input.shape() == target.shape(), "mse_loss: input has shape ", input.shape(), " but target has shape ",
-             target.shape(), " (reduction ", reduction_name(reduction), ")");
-  KILN_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), "mse_loss: expected floating tensors, got ",
-             input.dtype(), " and ", target.dtype());
+  KILN_CHECK_VALUE(input.shape() == target.shape(), "mse_loss: input has shape ", input.shape(), " but target has shape ",
+                   target.shape(), " (reduction ", reduction_name(reduction), ")");
+  KILN_CHECK_VALUE(is_floating(input.dtype()) && is_floating(target.dtype()), "mse_loss: expected floating tensors, got ",
+                   input.dtype(), " and ", target.dtype());
   Tensor diff = ops::sub(autograd::saved(input), autograd::saved(target));
   Tensor sq = ops::square(diff);
   Tensor out = reduction == Reduction::none ? sq : reduction == Reduction::sum ? ops::sum(sq) : ops::mean(sq);

@@ -20,25 +20,25 @@ namespace {
 void check_args(const char* op, const Tensor& logits, const Tensor& targets, double label_smoothing) {
   check_defined(logits, op, "logits");
   check_defined(targets, op, "targets");
-  KILN_CHECK(logits.dim() == 2 && logits.size(1) >= 1, op, ": logits must be (N, C) with C >= 1, got shape ",
-             logits.shape());
-  KILN_CHECK(is_floating(logits.dtype()), op, ": logits must be floating, got ", logits.dtype());
-  KILN_CHECK(targets.dtype() == DType::i64 || targets.dtype() == DType::i32, op,
-             ": targets must be i64 or i32 class indices, got ", targets.dtype());
-  KILN_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), op, ": targets of shape ", targets.shape(),
-             " do not match logits of shape ", logits.shape(), " (expected [", logits.size(0), "])");
-  KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
-             label_smoothing);
+  KILN_CHECK_VALUE(logits.dim() == 2 && logits.size(1) >= 1, op, ": logits must be (N, C) with C >= 1, got shape ",
+                   logits.shape());
+  KILN_CHECK_VALUE(is_floating(logits.dtype()), op, ": logits must be floating, got ", logits.dtype());
+  KILN_CHECK_VALUE(targets.dtype() == DType::i64 || targets.dtype() == DType::i32, op,
+                   ": targets must be i64 or i32 class indices, got ", targets.dtype());
+  KILN_CHECK_VALUE(targets.dim() == 1 && targets.size(0) == logits.size(0), op, ": targets of shape ", targets.shape(),
+                   " do not match logits of shape ", logits.shape(), " (expected [", logits.size(0), "])");
+  KILN_CHECK_VALUE(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
+                   label_smoothing);
 }
 
 }  // namespace
 
 void throw_bad_target(int64_t value, int64_t row, int64_t classes, int64_t ignore_index, bool late) {
-  KILN_FAIL("cross_entropy: target ", value, " at row ", row, " is out of range for ", classes,
-             " classes (ignore_index ", ignore_index, ")",
-             late ? " (reported late: checked on the device and read at a later host sync, see Note [Deferred device "
-                    "checks]; KILN_CUDA_CHECKS=immediate reports it from the op itself)"
-                  : "");
+  KILN_FAIL_INDEX("cross_entropy: target ", value, " at row ", row, " is out of range for ", classes,
+                  " classes (ignore_index ", ignore_index, ")",
+                  late ? " (reported late: checked on the device and read at a later host sync, see Note [Deferred "
+                         "device checks]; KILN_CUDA_CHECKS=immediate reports it from the op itself)"
+                       : "");
   std::abort();  // not reached
 }
 
@@ -73,14 +73,14 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   check_defined(grad_loss, op, "grad_loss");
   check_defined(lse, op, "lse");
   const int64_t rows = logits.size(0);
-  KILN_CHECK(is_floating(grad_loss.dtype()) && (grad_loss.numel() == rows || grad_loss.numel() == 1), op,
-             ": grad_loss must be floating with ", rows, " elements or one, got ", grad_loss.dtype(), " of shape ",
-             grad_loss.shape());
-  KILN_CHECK(is_floating(lse.dtype()) && lse.numel() == rows, op, ": lse must be floating with ", rows,
-             " elements, got ", lse.dtype(), " of shape ", lse.shape());
-  KILN_CHECK(!count.defined() || (count.numel() == 1 && count.dtype() == DType::i64), op,
-             ": count must be the forward's one-element i64 count, got ",
-             count.defined() ? std::string(dtype_name(count.dtype())) : std::string(), count.defined() ? count.shape() : Shape{});
+  KILN_CHECK_VALUE(is_floating(grad_loss.dtype()) && (grad_loss.numel() == rows || grad_loss.numel() == 1), op,
+                   ": grad_loss must be floating with ", rows, " elements or one, got ", grad_loss.dtype(), " of shape ",
+                   grad_loss.shape());
+  KILN_CHECK_VALUE(is_floating(lse.dtype()) && lse.numel() == rows, op, ": lse must be floating with ", rows,
+                   " elements, got ", lse.dtype(), " of shape ", lse.shape());
+  KILN_CHECK_VALUE(!count.defined() || (count.numel() == 1 && count.dtype() == DType::i64), op,
+                   ": count must be the forward's one-element i64 count, got ",
+                   count.defined() ? std::string(dtype_name(count.dtype())) : std::string(), count.defined() ? count.shape() : Shape{});
   const Tensor& count_or_logits = count.defined() ? count : logits;  // an operand when given
   return dispatch_device(
       op, {&logits, &targets, &lse, &grad_loss, &count_or_logits},

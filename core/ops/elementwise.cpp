@@ -221,7 +221,7 @@ Tensor pow(const Tensor& a, double e) {
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Device dev = op_device("where", {&cond, &a, &b});
-  KILN_CHECK(cond.dtype() == DType::b8, "where: condition must be bool, got ", cond.dtype());
+  KILN_CHECK_VALUE(cond.dtype() == DType::b8, "where: condition must be bool, got ", cond.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   DType dt = promote_types(a.dtype(), b.dtype());
   Tensor out = empty(shape, dt, dev);
@@ -236,9 +236,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   const Device dev = op_device("masked_fill", {&x, &mask});
-  KILN_CHECK(mask.dtype() == DType::b8, "masked_fill: mask must be bool, got ", mask.dtype());
-  KILN_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), "masked_fill: mask of shape ",
-             mask.shape(), " cannot be broadcast to the input's shape ", x.shape());
+  KILN_CHECK_VALUE(mask.dtype() == DType::b8, "masked_fill: mask must be bool, got ", mask.dtype());
+  KILN_CHECK_VALUE(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), "masked_fill: mask of shape ",
+                   mask.shape(), " cannot be broadcast to the input's shape ", x.shape());
   Tensor out = empty(x.shape(), x.dtype(), dev);
   Tensor xd = operand(x, dev, x.dtype()), m = operand(mask, dev, DType::b8).expand(x.shape());
   dispatch_device("masked_fill", dev, [&] { cuda::masked_fill(out, xd, m, value); }, [&] {
@@ -253,8 +253,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 static Tensor inplace_operand(const char* name, const Tensor& a, const Tensor& b) {
   const Device dev = op_device(name, {&a, &b});
   KILN_CHECK(dev == a.device(), name, ": cannot write the result on ", dev, " into a tensor on ", a.device());
-  KILN_CHECK(broadcast_shapes(a.shape(), b.shape(), name) == a.shape(), name, ": operand of shape ", b.shape(),
-             " cannot be broadcast to the in-place target's shape ", a.shape());
+  KILN_CHECK_VALUE(broadcast_shapes(a.shape(), b.shape(), name) == a.shape(), name, ": operand of shape ", b.shape(),
+                   " cannot be broadcast to the in-place target's shape ", a.shape());
   Tensor be = operand(b, dev, a.dtype());
   if (be.storage() == a.storage() && !(be.shape() == a.shape() && be.strides() == a.strides() &&
                                        be.offset() == a.offset()))

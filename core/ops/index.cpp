@@ -63,8 +63,8 @@ void report_fault(const char* op, const Tensor& index, const Tensor& record, int
 // A target written through strides must not have two positions on one element (a broadcast view).
 void check_no_internal_overlap(const char* op, const Tensor& t) {
   for (int64_t d = 0; d < t.dim(); ++d)
-    KILN_CHECK(t.shape()[d] <= 1 || t.strides()[d] != 0, op, ": the target of shape ", t.shape(), " and strides ",
-               t.strides(), " is a broadcast view (several elements share memory); clone it first");
+    KILN_CHECK_VALUE(t.shape()[d] <= 1 || t.strides()[d] != 0, op, ": the target of shape ", t.shape(), " and strides ",
+                     t.strides(), " is a broadcast view (several elements share memory); clone it first");
 }
 
 // The end of scatter_add_ and index_add_: self += src at index's positions along `dim`, by the
@@ -84,8 +84,8 @@ Tensor& accumulate(const char* op, Tensor& self, int64_t dim, const Tensor& inde
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   on_cuda("index_select", {&x, &index});
-  KILN_CHECK(x.dim() >= 1, "index_select: expected an input with at least 1 dim, got shape ", x.shape());
-  KILN_CHECK(index.dim() <= 1, "index_select: index must be 1-D, got shape ", index.shape());
+  KILN_CHECK_VALUE(x.dim() >= 1, "index_select: expected an input with at least 1 dim, got shape ", x.shape());
+  KILN_CHECK_VALUE(index.dim() <= 1, "index_select: index must be 1-D, got shape ", index.shape());
   dim = wrap_dim(dim, x.dim(), "index_select");
   Shape out_shape = x.shape();
   out_shape[dim] = index.numel();
@@ -98,13 +98,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   on_cuda("gather", {&x, &index});
-  KILN_CHECK(x.dim() >= 1, "gather: expected an input with at least 1 dim, got shape ", x.shape());
+  KILN_CHECK_VALUE(x.dim() >= 1, "gather: expected an input with at least 1 dim, got shape ", x.shape());
   dim = wrap_dim(dim, x.dim(), "gather");
-  KILN_CHECK(index.dim() == x.dim(), "gather: index of shape ", index.shape(), " must have as many dims as the input ",
-             x.shape());
+  KILN_CHECK_VALUE(index.dim() == x.dim(), "gather: index of shape ", index.shape(), " must have as many dims as the input ",
+                   x.shape());
   for (int64_t d = 0; d < x.dim(); ++d)
-    KILN_CHECK(d == dim || index.size(d) <= x.size(d), "gather: index of shape ", index.shape(),
-               " is larger than the input ", x.shape(), " in dim ", d, " (only dim ", dim, " may be larger)");
+    KILN_CHECK_VALUE(d == dim || index.size(d) <= x.size(d), "gather: index of shape ", index.shape(),
+                     " is larger than the input ", x.shape(), " in dim ", d, " (only dim ", dim, " may be larger)");
   Tensor out = empty(index.shape(), x.dtype(), x.device());
   Tensor fault = dispatch_device("gather", {&x, &index}, [&] { return cuda::gather(x, dim, index, out); },
                                  [&] { return KILN_CPU_KERNEL(gather)(x, dim, index, out); });
@@ -114,16 +114,16 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   on_cuda("scatter_add_", {&self, &index, &src});
-  KILN_CHECK(self.dim() >= 1, "scatter_add_: expected a target with at least 1 dim, got shape ", self.shape());
+  KILN_CHECK_VALUE(self.dim() >= 1, "scatter_add_: expected a target with at least 1 dim, got shape ", self.shape());
   dim = wrap_dim(dim, self.dim(), "scatter_add_");
-  KILN_CHECK(index.dim() == self.dim() && src.dim() == self.dim(), "scatter_add_: self ", self.shape(), ", index ",
-             index.shape(), " and src ", src.shape(), " must have the same number of dims");
-  KILN_CHECK(src.dtype() == self.dtype(), "scatter_add_: src is ", src.dtype(), " but self is ", self.dtype());
+  KILN_CHECK_VALUE(index.dim() == self.dim() && src.dim() == self.dim(), "scatter_add_: self ", self.shape(), ", index ",
+                   index.shape(), " and src ", src.shape(), " must have the same number of dims");
+  KILN_CHECK_VALUE(src.dtype() == self.dtype(), "scatter_add_: src is ", src.dtype(), " but self is ", self.dtype());
   for (int64_t d = 0; d < self.dim(); ++d) {
-    KILN_CHECK(index.size(d) <= src.size(d), "scatter_add_: index of shape ", index.shape(),
-               " is larger than src ", src.shape(), " in dim ", d);
-    KILN_CHECK(d == dim || index.size(d) <= self.size(d), "scatter_add_: index of shape ", index.shape(),
-               " is larger than self ", self.shape(), " in dim ", d, " (only dim ", dim, " may be larger)");
+    KILN_CHECK_VALUE(index.size(d) <= src.size(d), "scatter_add_: index of shape ", index.shape(),
+                     " is larger than src ", src.shape(), " in dim ", d);
+    KILN_CHECK_VALUE(d == dim || index.size(d) <= self.size(d), "scatter_add_: index of shape ", index.shape(),
+                     " is larger than self ", self.shape(), " in dim ", d, " (only dim ", dim, " may be larger)");
   }
   return accumulate(
       "scatter_add_", self, dim, index, src, [&](const Tensor& s) { return cuda::scatter_add_(self, dim, index, s); },
@@ -139,14 +139,14 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   on_cuda("index_add_", {&self, &index, &src});
-  KILN_CHECK(self.dim() >= 1, "index_add_: expected a target with at least 1 dim, got shape ", self.shape());
-  KILN_CHECK(index.dim() <= 1, "index_add_: index must be 1-D, got shape ", index.shape());
+  KILN_CHECK_VALUE(self.dim() >= 1, "index_add_: expected a target with at least 1 dim, got shape ", self.shape());
+  KILN_CHECK_VALUE(index.dim() <= 1, "index_add_: index must be 1-D, got shape ", index.shape());
   dim = wrap_dim(dim, self.dim(), "index_add_");
-  KILN_CHECK(src.dtype() == self.dtype(), "index_add_: src is ", src.dtype(), " but self is ", self.dtype());
+  KILN_CHECK_VALUE(src.dtype() == self.dtype(), "index_add_: src is ", src.dtype(), " but self is ", self.dtype());
   Shape want = self.shape();
   want[dim] = index.numel();
-  KILN_CHECK(src.shape() == want, "index_add_: src has shape ", src.shape(), ", expected ", want, " (self ",
-             self.shape(), " with dim ", dim, " of size index.numel() = ", index.numel(), ")");
+  KILN_CHECK_VALUE(src.shape() == want, "index_add_: src has shape ", src.shape(), ", expected ", want, " (self ",
+                   self.shape(), " with dim ", dim, " of size index.numel() = ", index.numel(), ")");
   return accumulate(
       "index_add_", self, dim, index, src, [&](const Tensor& s) { return cuda::index_add_(self, dim, index, s); },
       [&](const Tensor& s) { return KILN_CPU_KERNEL(index_add_)(self, dim, index, s); });
@@ -154,7 +154,7 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   on_cuda("embedding", {&weight, &ids});
-  KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (num_embeddings, dim), got shape ", weight.shape());
+  KILN_CHECK_VALUE(weight.dim() == 2, "embedding: weight must be 2-D (num_embeddings, dim), got shape ", weight.shape());
   Shape out_shape = ids.shape();
   out_shape.push_back(weight.size(1));
   Tensor out = empty(out_shape, weight.dtype(), weight.device());
@@ -166,11 +166,11 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 
 Tensor embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t num_embeddings) {
   on_cuda("embedding_backward", {&grad_out, &ids});
-  KILN_CHECK(num_embeddings >= 0, "embedding_backward: num_embeddings must be >= 0, got ", num_embeddings);
-  KILN_CHECK(grad_out.dim() == ids.dim() + 1 &&
-                 std::equal(ids.shape().begin(), ids.shape().end(), grad_out.shape().begin()),
-             "embedding_backward: grad_out of shape ", grad_out.shape(), " must be the ids' shape ", ids.shape(),
-             " plus one embedding dim");
+  KILN_CHECK_VALUE(num_embeddings >= 0, "embedding_backward: num_embeddings must be >= 0, got ", num_embeddings);
+  KILN_CHECK_VALUE(grad_out.dim() == ids.dim() + 1 &&
+                       std::equal(ids.shape().begin(), ids.shape().end(), grad_out.shape().begin()),
+                   "embedding_backward: grad_out of shape ", grad_out.shape(), " must be the ids' shape ", ids.shape(),
+                   " plus one embedding dim");
   const int64_t C = grad_out.size(-1);
   const Shape table{num_embeddings, C};
   Tensor out = empty(table, grad_out.dtype(), grad_out.device());

@@ -19,22 +19,22 @@ namespace {
 // Checks shapes and returns n = numel(normalized_shape).
 int64_t check_layer_norm(const char* op, const Tensor& x, const Shape& ns, const Tensor& weight,
                          const Tensor& bias) {
-  KILN_CHECK(!ns.empty(), op, ": normalized_shape must have at least one dim (input of shape ", x.shape(), ")");
+  KILN_CHECK_VALUE(!ns.empty(), op, ": normalized_shape must have at least one dim (input of shape ", x.shape(), ")");
   bool trailing = x.dim() >= ns.ndim() && std::equal(ns.begin(), ns.end(), x.shape().end() - ns.ndim());
-  KILN_CHECK(trailing, op, ": normalized_shape ", ns, " does not match the trailing dims of the input of shape ",
-             x.shape());
+  KILN_CHECK_VALUE(trailing, op, ": normalized_shape ", ns, " does not match the trailing dims of the input of shape ",
+                   x.shape());
   if (weight.defined())
-    KILN_CHECK(weight.shape() == ns, op, ": weight has shape ", weight.shape(), " but normalized_shape is ", ns);
+    KILN_CHECK_VALUE(weight.shape() == ns, op, ": weight has shape ", weight.shape(), " but normalized_shape is ", ns);
   if (bias.defined())
-    KILN_CHECK(bias.shape() == ns, op, ": bias has shape ", bias.shape(), " but normalized_shape is ", ns);
+    KILN_CHECK_VALUE(bias.shape() == ns, op, ": bias has shape ", bias.shape(), " but normalized_shape is ", ns);
   return shape_numel(ns);
 }
 
 void check_stats(const char* op, const Tensor& t, const char* name, int64_t rows) {
   check_defined(t, op, name);
-  KILN_CHECK(t.numel() == rows, op, ": ", name, " has ", t.numel(), " elements (shape ", t.shape(),
-             ") but the input has ", rows, " rows");
-  KILN_CHECK(is_floating(t.dtype()), op, ": ", name, " must be floating, got ", t.dtype());
+  KILN_CHECK_VALUE(t.numel() == rows, op, ": ", name, " has ", t.numel(), " elements (shape ", t.shape(),
+                   ") but the input has ", rows, " rows");
+  KILN_CHECK_VALUE(is_floating(t.dtype()), op, ": ", name, " must be floating, got ", t.dtype());
 }
 
 std::atomic<int> g_fused_add_ln_cuda{-1};  // -1 until KILN_FUSED_ADD_LN is read or the setter runs
@@ -64,10 +64,10 @@ LayerNormResult add_layer_norm(const Tensor& x_in, const Tensor& residual_in, co
   const char* op = "add_layer_norm";
   check_defined(x_in, op, "x");
   check_defined(residual_in, op, "residual");
-  KILN_CHECK(x_in.shape() == residual_in.shape(), op, ": x of shape ", x_in.shape(), " and residual of shape ",
-             residual_in.shape(), " differ (no broadcasting)");
-  KILN_CHECK(is_floating(x_in.dtype()) && is_floating(residual_in.dtype()), op, ": x and residual must be floating, got ",
-             x_in.dtype(), " and ", residual_in.dtype());
+  KILN_CHECK_VALUE(x_in.shape() == residual_in.shape(), op, ": x of shape ", x_in.shape(), " and residual of shape ",
+                   residual_in.shape(), " differ (no broadcasting)");
+  KILN_CHECK_VALUE(is_floating(x_in.dtype()) && is_floating(residual_in.dtype()), op, ": x and residual must be floating, got ",
+                   x_in.dtype(), " and ", residual_in.dtype());
   const DType dt = promote_types(x_in.dtype(), residual_in.dtype());
   const Tensor x = x_in.to(dt);
   const int64_t n = check_layer_norm(op, x, normalized_shape, weight, bias);
@@ -102,16 +102,16 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& x, cons
   check_defined(grad_out, op, "grad_out");
   check_defined(x, op);
   const int64_t n = check_layer_norm(op, x, normalized_shape, weight, Tensor());
-  KILN_CHECK(grad_out.shape() == x.shape(), op, ": grad_out has shape ", grad_out.shape(), " but the input has shape ",
-             x.shape());
-  KILN_CHECK(grad_out.dtype() == x.dtype(), op, ": grad_out is ", grad_out.dtype(), " but the input is ", x.dtype());
+  KILN_CHECK_VALUE(grad_out.shape() == x.shape(), op, ": grad_out has shape ", grad_out.shape(), " but the input has shape ",
+                   x.shape());
+  KILN_CHECK_VALUE(grad_out.dtype() == x.dtype(), op, ": grad_out is ", grad_out.dtype(), " but the input is ", x.dtype());
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   check_stats(op, mean, "mean", rows);
   check_stats(op, rstd, "rstd", rows);
   Tensor grad_residual = grad_residual_in;
   if (grad_residual.defined()) {
-    KILN_CHECK(grad_residual.shape() == x.shape(), op, ": grad_residual has shape ", grad_residual.shape(),
-               " but the input has shape ", x.shape());
+    KILN_CHECK_VALUE(grad_residual.shape() == x.shape(), op, ": grad_residual has shape ", grad_residual.shape(),
+                     " but the input has shape ", x.shape());
     if (x.device().is_cuda() && !fused_add_layer_norm_cuda()) {  // Note [Fused residual add]: the composition
       LayerNormGrads d = layer_norm_backward(grad_out, x, mean, rstd, weight, normalized_shape, with_bias);
       d.grad_x = ops::add(d.grad_x, grad_residual.to(x.dtype()));

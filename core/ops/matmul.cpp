@@ -14,10 +14,10 @@ namespace {
 
 void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   on_cuda(op, {&a, &b});  // both defined, on one device
-  KILN_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), op,
-             ": expected floating-point operands (f32, f64, bf16, f16), got ", a.dtype(), " and ", b.dtype(),
-             "; convert integer tensors with .to(DType::f32)");
-  KILN_CHECK(a.dtype() == b.dtype(), op, ": expected operands of one dtype, got ", a.dtype(), " and ", b.dtype());
+  KILN_CHECK_VALUE(is_floating(a.dtype()) && is_floating(b.dtype()), op,
+                   ": expected floating-point operands (f32, f64, bf16, f16), got ", a.dtype(), " and ", b.dtype(),
+                   "; convert integer tensors with .to(DType::f32)");
+  KILN_CHECK_VALUE(a.dtype() == b.dtype(), op, ": expected operands of one dtype, got ", a.dtype(), " and ", b.dtype());
 }
 
 // The batch shape of a2 (..., M, K) @ b2 (..., K, N): the broadcast of their batch dims, after
@@ -25,8 +25,8 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
 Shape product_batch(const char* op, const Tensor& a2, const Tensor& b2, const Shape& a_shape, const Shape& b_shape) {
   const int64_t da = a2.dim(), db = b2.dim();
   const int64_t k = a2.shape()[da - 1];
-  KILN_CHECK(b2.shape()[db - 2] == k, op, ": inner dimensions do not match: ", a_shape, " @ ", b_shape, " (",
-             k, " vs ", b2.shape()[db - 2], ")");
+  KILN_CHECK_VALUE(b2.shape()[db - 2] == k, op, ": inner dimensions do not match: ", a_shape, " @ ", b_shape, " (",
+                   k, " vs ", b2.shape()[db - 2], ")");
   return broadcast_shapes(Shape(a2.shape().begin(), a2.shape().end() - 2),
                           Shape(b2.shape().begin(), b2.shape().end() - 2), op);
 }
@@ -44,8 +44,8 @@ Tensor product(const char* op, const Tensor& a2, const Tensor& b2, const Tensor&
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operands("matmul", a, b);
-  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim, got shapes ", a.shape(),
-             " and ", b.shape());
+  KILN_CHECK_VALUE(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim, got shapes ", a.shape(),
+                   " and ", b.shape());
   const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;  // a row (1, K)
   const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;  // a column (K, 1)
   Tensor out = product("matmul", a2, b2, Tensor(), a.shape(), b.shape());
@@ -57,16 +57,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   check_operands("bmm", a, b);
-  KILN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D operands (B, M, K) and (B, K, N), got shapes ",
-             a.shape(), " and ", b.shape());
-  KILN_CHECK(a.shape()[0] == b.shape()[0], "bmm: batch sizes differ: ", a.shape(), " and ", b.shape());
+  KILN_CHECK_VALUE(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D operands (B, M, K) and (B, K, N), got shapes ",
+                   a.shape(), " and ", b.shape());
+  KILN_CHECK_VALUE(a.shape()[0] == b.shape()[0], "bmm: batch sizes differ: ", a.shape(), " and ", b.shape());
   return product("bmm", a, b, Tensor(), a.shape(), b.shape());
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_operands("mm", a, b);
-  KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D operands, got shapes ", a.shape(), " and ",
-             b.shape());
+  KILN_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D operands, got shapes ", a.shape(), " and ",
+                   b.shape());
   return product("mm", a, b, Tensor(), a.shape(), b.shape());
 }
 
@@ -75,16 +75,16 @@ namespace {
 // x (..., in), weight (out, in), bias (out) or undefined: one device, one dtype.
 void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_operands(op, x, weight);
-  KILN_CHECK(weight.dim() == 2, op, ": weight must be 2-D (out_features, in_features), got shape ", weight.shape());
-  KILN_CHECK(x.dim() >= 1, op, ": input must have at least 1 dim, got shape ", x.shape());
-  KILN_CHECK(x.shape().back() == weight.shape()[1], op, ": input's last dim ", x.shape().back(),
-             " does not match in_features ", weight.shape()[1], " (input ", x.shape(), ", weight ", weight.shape(),
-             ")");
+  KILN_CHECK_VALUE(weight.dim() == 2, op, ": weight must be 2-D (out_features, in_features), got shape ", weight.shape());
+  KILN_CHECK_VALUE(x.dim() >= 1, op, ": input must have at least 1 dim, got shape ", x.shape());
+  KILN_CHECK_VALUE(x.shape().back() == weight.shape()[1], op, ": input's last dim ", x.shape().back(),
+                   " does not match in_features ", weight.shape()[1], " (input ", x.shape(), ", weight ", weight.shape(),
+                   ")");
   if (bias.defined()) {
     on_cuda(op, {&x, &bias});
-    KILN_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], op, ": bias must have shape [",
-               weight.shape()[0], "], got ", bias.shape());
-    KILN_CHECK(bias.dtype() == x.dtype(), op, ": bias dtype ", bias.dtype(), " differs from the input's ", x.dtype());
+    KILN_CHECK_VALUE(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], op, ": bias must have shape [",
+                     weight.shape()[0], "], got ", bias.shape());
+    KILN_CHECK_VALUE(bias.dtype() == x.dtype(), op, ": bias dtype ", bias.dtype(), " differs from the input's ", x.dtype());
   }
 }
 

@@ -35,7 +35,7 @@ Plan plan_reduction(const char* op, const Tensor& x, const std::vector<int64_t>&
   if (!dims.empty()) {
     for (int64_t d : dims) {
       int64_t w = wrap_dim(d, nd, op);
-      KILN_CHECK(!reduced[w], op, ": dim ", w, " appears more than once in the dims ", Shape(dims.begin(), dims.end()));
+      KILN_CHECK_VALUE(!reduced[w], op, ": dim ", w, " appears more than once in the dims ", Shape(dims.begin(), dims.end()));
       reduced[w] = true;
     }
   }
@@ -132,7 +132,7 @@ void extremum(const char* op, const Tensor& x, const std::vector<int64_t>& dims,
               Tensor* indices) {
   check_input(op, x);
   Plan p = plan_reduction(op, x, dims, keepdim);
-  KILN_CHECK(p.n > 0, op, ": cannot reduce over an empty dim (input of shape ", x.shape(), ")");
+  KILN_CHECK_VALUE(p.n > 0, op, ": cannot reduce over an empty dim (input of shape ", x.shape(), ")");
   Tensor vdst = values ? new_result(p, x.dtype(), x.device()) : Tensor();
   Tensor idst = indices ? new_result(p, DType::i64, x.device()) : Tensor();
   dispatch_device(op, {&x}, [&] { cuda::extremum_reduce(op, p.src, p.outer, p.n, p.inner, Max, vdst, idst); },

@@ -21,10 +21,10 @@ Tensor forward(const char* op, const Tensor& x, int64_t dim, bool log) {
 Tensor backward(const char* op, const Tensor& grad_out, const Tensor& out, int64_t dim, bool log) {
   check_defined(grad_out, op, "grad_out");
   check_defined(out, op, "out");
-  KILN_CHECK(grad_out.shape() == out.shape(), op, ": grad_out has shape ", grad_out.shape(),
-             " but the forward output has shape ", out.shape());
-  KILN_CHECK(grad_out.dtype() == out.dtype(), op, ": grad_out is ", grad_out.dtype(),
-             " but the forward output is ", out.dtype());
+  KILN_CHECK_VALUE(grad_out.shape() == out.shape(), op, ": grad_out has shape ", grad_out.shape(),
+                   " but the forward output has shape ", out.shape());
+  KILN_CHECK_VALUE(grad_out.dtype() == out.dtype(), op, ": grad_out is ", grad_out.dtype(),
+                   " but the forward output is ", out.dtype());
   const int64_t d = wrap_dim(dim, out.dim(), op);
   return dispatch_device(op, {&grad_out, &out}, [&] { return cuda::softmax_backward(op, grad_out, out, d, log); },
                          [&] { return KILN_CPU_KERNEL(softmax_backward)(op, grad_out, out, d, log); });

@@ -13,7 +13,7 @@ namespace {
 
 Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool upper) {
   check_defined(x, op);
-  KILN_CHECK(x.dim() >= 2, op, ": expected a tensor with at least 2 dims, got shape ", x.shape());
+  KILN_CHECK_VALUE(x.dim() >= 2, op, ": expected a tensor with at least 2 dims, got shape ", x.shape());
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
   dispatch_device(op, {&x}, [&] { cuda::triangle(out, x, diagonal, upper); },

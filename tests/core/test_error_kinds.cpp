@@ -72,3 +72,51 @@ TEST_CASE("KILN_FAIL throws like a failed KILN_CHECK; KILN_UNREACHABLE names the
     CHECK(what.find(": unknown code 3 (this is a bug in Kiln") != std::string::npos);
   }
 }
+
+// Note [Error classes] (core/error.h): what a newcomer's catch (ValueError&) / catch (IndexError&)
+// must catch through the public API.
+template <class E, class F>
+bool throws_as(F&& f) {
+  try {
+    f();
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+  return false;
+}
+
+TEST_CASE("shape and dtype mistakes are ValueError") {
+  Tensor a = zeros({2, 3}), b = zeros({4, 5});
+  CHECK(throws_as<ValueError>([&] { matmul(a, b); }));                                 // inner dims 3 vs 4
+  CHECK(throws_as<ValueError>([&] { matmul(a, zeros({3, 2}, DType::f64)); }));         // f32 @ f64
+  CHECK(throws_as<ValueError>([&] { matmul(zeros({2, 3}, DType::i64), zeros({3, 2}, DType::i64)); }));  // integers
+  CHECK(throws_as<ValueError>([&] { a + zeros({4}); }));                               // no broadcast
+  CHECK(throws_as<ValueError>([&] { a.view({4, 2}); }));                               // 6 elements, not 8
+  CHECK(throws_as<ValueError>([&] { abs(zeros({2}, DType::b8)); }));                   // no bool kernel
+  CHECK(throws_as<ValueError>([&] { cross_entropy(zeros({2, 3}), zeros({2}, DType::f32)); }));  // float targets
+  CHECK(throws_as<ValueError>([&] { nn::Linear(nn::LinearOptions(3, 2)).forward(zeros({2, 4})); }));
+  CHECK(throws_as<ValueError>([&] { Tensor().numel(); }));                              // undefined
+  try {
+    matmul(a, b);
+  } catch (const ValueError& e) {
+    CHECK(std::string(e.what()).find("inner dimensions do not match") != std::string::npos);
+  }
+}
+
+TEST_CASE("indices and targets out of range are IndexError") {
+  Tensor logits = zeros({2, 3});
+  CHECK(throws_as<IndexError>([&] { cross_entropy(logits, from_vector<int64_t>({0, 3}, {2})); }));
+  CHECK(throws_as<IndexError>([&] { cross_entropy(logits, from_vector<int64_t>({-2, 0}, {2})); }));
+  Tensor weight = zeros({4, 2});
+  CHECK(throws_as<IndexError>([&] { embedding(weight, from_vector<int64_t>({1, 4}, {2})); }));
+  CHECK(throws_as<IndexError>([&] { index_select(weight, 0, from_vector<int64_t>({7}, {1})); }));
+  CHECK(throws_as<IndexError>([&] { gather(weight, 1, from_vector<int64_t>({0, 2, 1, 0, 0, 1, 1, 1}, {4, 2})); }));
+  CHECK(throws_as<IndexError>([&] { sum(weight, {2}); }));  // dim out of range
+  try {
+    cross_entropy(logits, from_vector<int64_t>({0, 3}, {2}));
+  } catch (const IndexError& e) {
+    CHECK(std::string(e.what()).find("target 3 at row 1 is out of range for 3 classes") != std::string::npos);
+  }
+}
