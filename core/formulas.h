@@ -120,6 +120,12 @@ template <class Math> struct Rsqrt : FloatingOp {
 template <class Math> struct Tanh : FloatingOp {
   template <class T> KILN_HOST_DEVICE T operator()(T v) const { return Math::tanh(v); }
 };
+template <class Math> struct Sin : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return Math::sin(v); }
+};
+template <class Math> struct Cos : FloatingOp {
+  template <class T> KILN_HOST_DEVICE T operator()(T v) const { return Math::cos(v); }
+};
 template <class Math> struct Sigmoid : FloatingOp {
   template <class T> KILN_HOST_DEVICE T operator()(T v) const { return T(1) / (T(1) + Math::exp(-v)); }
 };

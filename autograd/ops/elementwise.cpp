@@ -133,6 +133,15 @@ Tensor tanh(const Tensor& x) {
     return [out = saved(out)](const Tensor& g) { return ops::mul(g, ops::rsub(ops::square(out), 1.0)); };
   });
 }
+Tensor sin(const Tensor& x) {
+  return record(ops::sin(x), "SinBackward", {&x},
+                [&](const Needs&) { return [x = saved(x)](const Tensor& g) { return ops::mul(g, ops::cos(x)); }; });
+}
+Tensor cos(const Tensor& x) {
+  return record(ops::cos(x), "CosBackward", {&x}, [&](const Needs&) {
+    return [x = saved(x)](const Tensor& g) { return ops::mul(g, ops::neg(ops::sin(x))); };
+  });
+}
 Tensor sigmoid(const Tensor& x) {
   Tensor out = ops::sigmoid(x);
   return record(out, "SigmoidBackward", {&x}, [&](const Needs&) {

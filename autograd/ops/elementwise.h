@@ -28,6 +28,8 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor square(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor sin(const Tensor& x);  // radians; integer inputs give f32, as every float function here
+Tensor cos(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 enum class GeluApproximate { none, tanh };

@@ -1,10 +1,12 @@
 // The differentiable ops users call (kiln::matmul, kiln::gelu, a + b, ...). autograd/ops/X wraps
-// the raw core/ops/X; attention, dropout and loss have no single raw op of their own.
+// the raw core/ops/X; attention, dropout, loss and compare (isclose, allclose, equal: no gradient)
+// have no single raw op of their own.
 #pragma once
 
 #include <kiln/autograd/ops/add_layer_norm.h>
 #include <kiln/autograd/ops/attention.h>
 #include <kiln/autograd/ops/batch_norm.h>
+#include <kiln/autograd/ops/compare.h>
 #include <kiln/autograd/ops/conv.h>
 #include <kiln/autograd/ops/cross_entropy.h>
 #include <kiln/autograd/ops/dropout.h>

@@ -99,6 +99,25 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
   });
 }
 
+Tensor var(const Tensor& x) { return var(x, {}, 1, false); }
+
+Tensor std(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  const Tensor x = autograd::autocast_to_f32(x_in);
+  Tensor out = ops::std(x, dims, correction, keepdim);
+  return record(out, "StdBackward", {&x}, [&](const Needs&) {
+    // d std / dx = d var / dx / (2 std) = (x - mean) / ((n - correction) std)
+    std::vector<int64_t> d = reduced_dims(dims, x.dim(), "std");
+    double denom = double(reduced_count(x.shape(), d) - correction);
+    return [xs = saved(x), out = saved(out), d, denom, keepdim](const Tensor& g) {
+      Tensor centered = ops::sub(xs, ops::mean(xs, d, /*keepdim=*/true));
+      Tensor gk = ops::div(restore_dims(g, d, xs.dim(), keepdim), restore_dims(out, d, xs.dim(), keepdim));
+      return ops::mul(ops::mul(centered, gk), 1.0 / denom);
+    };
+  });
+}
+
+Tensor std(const Tensor& x) { return std(x, {}, 1, false); }
+
 MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
   ops::ValuesIndices r = ops::max(x, dim, keepdim);
   r.values = record(r.values, "MaxBackward", {&x}, [&](const Needs&) {

@@ -88,6 +88,8 @@ struct VecMath {
   template <class T> static T log(T x) { return std::log(x); }
   template <class T> static T sqrt(T x) { return std::sqrt(x); }
   template <class T> static T tanh(T x) { return std::tanh(x); }
+  template <class T> static T sin(T x) { return std::sin(x); }
+  template <class T> static T cos(T x) { return std::cos(x); }
   template <class T> static T erf(T x) { return erf_any(x); }
   template <class T> static T pow(T x, T y) { return std::pow(x, y); }
 };

@@ -11,7 +11,7 @@ namespace kiln::ops {
 
 // The ops of core/ops/elementwise_op.h's lists, each declared once per form:
 //   unary        neg abs exp log sqrt rsqrt tanh sigmoid relu gelu_tanh (GELU, tanh approximation as
-//                in GPT-2) gelu_erf (GELU, exact) square
+//                in GPT-2) gelu_erf (GELU, exact) square sin cos
 //   binary       add sub mul div pow maximum minimum: tensor-tensor (broadcasting) and tensor-scalar;
 //                rsub(a, b) = b - a, scalar only
 //   comparisons  eq ne lt le gt ge (bool result): tensor-tensor and tensor-scalar

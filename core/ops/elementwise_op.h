@@ -8,7 +8,8 @@ namespace kiln::ops {
 // Each family as one list (an X-macro): the enums below, the names op_name() returns and the op
 // fronts (core/ops/elementwise.cpp) are generated from it, so they cannot disagree.
 #define KILN_UNARY_OPS(X) \
-  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(tanh) X(sigmoid) X(relu) X(gelu_tanh) X(gelu_erf) X(square)
+  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(tanh) X(sigmoid) X(relu) X(gelu_tanh) X(gelu_erf) X(square) \
+      X(sin) X(cos)
 // rsub is b - a (scalar form only). gelu_*_backward take (grad, x) and give grad * gelu'(x).
 #define KILN_BINARY_OPS(X) \
   X(add) X(sub) X(rsub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(gelu_tanh_backward) X(gelu_erf_backward)

@@ -26,6 +26,8 @@ void with_unary(UnaryOp op, Body&& body) {
     case UnaryOp::sqrt: return body(f::Sqrt<Math>{});
     case UnaryOp::rsqrt: return body(f::Rsqrt<Math>{});
     case UnaryOp::tanh: return body(f::Tanh<Math>{});
+    case UnaryOp::sin: return body(f::Sin<Math>{});
+    case UnaryOp::cos: return body(f::Cos<Math>{});
     case UnaryOp::sigmoid: return body(f::Sigmoid<Math>{});
     case UnaryOp::gelu_tanh: return body(f::GeluTanh<Math>{});
     case UnaryOp::gelu_erf: return body(f::GeluErf<Math>{});

@@ -42,6 +42,8 @@ TEST_CASE("gradcheck: scalar forms and unary ops") {
       {"rsqrt", [](const auto& v) { return rsqrt(abs(v[0]) + 0.5); }},
       {"square", [](const auto& v) { return square(v[0]); }},
       {"tanh", [](const auto& v) { return tanh(v[0]); }},
+      {"sin", [](const auto& v) { return sin(v[0] * 3.0); }},
+      {"cos", [](const auto& v) { return cos(v[0] * 3.0); }},
       {"sigmoid", [](const auto& v) { return sigmoid(v[0]); }},
       {"relu", [](const auto& v) { return relu(v[0]); }},
       {"gelu erf", [](const auto& v) { return gelu(v[0]); }},

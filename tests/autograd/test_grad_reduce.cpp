@@ -22,9 +22,31 @@ TEST_CASE("gradcheck: sum and mean over all dims and dim sets, keepdim true and 
       CHECK(gradcheck([&](const auto& v) { return mean(v[0], dims, keepdim); }, {x}));
       CHECK(gradcheck([&](const auto& v) { return var(v[0], dims, 1, keepdim); }, {x}));
       CHECK(gradcheck([&](const auto& v) { return var(v[0], dims, 0, keepdim); }, {x}));
+      CHECK(gradcheck([&](const auto& v) { return kiln::std(v[0], dims, 1, keepdim); }, {x}));
+      CHECK(gradcheck([&](const auto& v) { return kiln::std(v[0], dims, 0, keepdim); }, {x}));
       CHECK(gradcheck([&](const auto& v) { return amax(v[0], dims, keepdim); }, {x}));
     }
   }
+}
+
+TEST_CASE("full-tensor var and std: torch's values and gradients, unbiased by default, correction 0 biased") {
+  // torch.var/std of [[0.3, -1.2, 2.5], [0.7, 0.1, -0.4]] (float64; torch 1.13).
+  auto make = [] { return from_vector<double>({0.3, -1.2, 2.5, 0.7, 0.1, -0.4}, {2, 3}).requires_grad_(); };
+  Tensor x = make();
+  CHECK(var(x).dim() == 0);
+  CHECK(var(x).item() == doctest::Approx(1.5546666666666664).epsilon(1e-14));
+  CHECK(var(x, {}, 0).item() == doctest::Approx(1.2955555555555553).epsilon(1e-14));  // unbiased=False
+  CHECK(kiln::std(x).item() == doctest::Approx(1.2468627296806438).epsilon(1e-14));
+  CHECK(kiln::std(x, {}, 0).item() == doctest::Approx(1.1382247385975914).epsilon(1e-14));
+  kiln::std(x).backward();  // torch.std(x).backward()
+  test::check_close(x.grad(), {-0.005346752700174288, -0.24595062420801728, 0.34753892551132876,
+                               0.058814279701917174, -0.03742726890122002, -0.11762855940383436},
+                    1e-12, 1e-14, "std grad");
+  CHECK(gradcheck([](const auto& v) { return var(v[0]); }, {test::grad_leaf({3, 4}, 8)}));
+  CHECK(gradcheck([](const auto& v) { return kiln::std(v[0]); }, {test::grad_leaf({3, 4}, 9)}));
+  // f32 in, f32 out; one element with correction 1 divides by 0: NaN, as torch.
+  CHECK(var(ones({4}, DType::f32)).dtype() == DType::f32);
+  CHECK(std::isnan(var(ones({1}, DType::f64)).item()));
 }
 
 TEST_CASE("gradcheck: max over each dim (values only), negative dims, keepdim true and false") {

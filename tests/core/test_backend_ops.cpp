@@ -54,6 +54,8 @@ std::vector<Row> rows() {
       unary("sqrt", positive({4, 33}).strided(), ops::sqrt),
       unary("rsqrt", positive({6, 9}).transposed(), ops::rsqrt),
       unary("tanh", x({4, 33}), ops::tanh),
+      unary("sin", x({4, 33}).strided(), ops::sin),
+      unary("cos", x({5, 7}).transposed(), ops::cos),
       unary("sigmoid", x({4, 33}), ops::sigmoid),
       unary("relu", x({3, 5, 7}).transposed(), ops::relu),
       unary("gelu_tanh", x({4, 33}), ops::gelu_tanh),

@@ -48,6 +48,8 @@ TEST_CASE("unary float ops match double loops on every float dtype, contiguous a
       {"sqrt", ops::sqrt, [](double x) { return std::sqrt(x); }, 0.0, 50},
       {"rsqrt", ops::rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.01, 50},
       {"tanh", ops::tanh, [](double x) { return std::tanh(x); }, -5, 5},
+      {"sin", ops::sin, [](double x) { return std::sin(x); }, -7, 7},
+      {"cos", ops::cos, [](double x) { return std::cos(x); }, -7, 7},
       {"sigmoid", ops::sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -20, 20},
       {"relu", ops::relu, [](double x) { return x < 0 ? 0.0 : x; }, -3, 3},
       {"gelu_tanh", ops::gelu_tanh, gelu_tanh_ref, -6, 6},

@@ -25,6 +25,8 @@ struct DeviceMath {
   KILN_DEVICE_LIBM(log)
   KILN_DEVICE_LIBM(sqrt)
   KILN_DEVICE_LIBM(tanh)
+  KILN_DEVICE_LIBM(sin)
+  KILN_DEVICE_LIBM(cos)
   KILN_DEVICE_LIBM(erf)
   template <class T>
   __device__ static T pow(T x, T y) {
