@@ -96,6 +96,15 @@ WorkerGroup::~WorkerGroup() {
   }
 }
 
+// Like torchrun: several workers on one node share its cores, so unless the user chose, each gets
+// an equal share of OpenMP threads instead of all of them (which oversubscribes). The value kiln-run
+// sets, or "" when it sets none.
+std::string WorkerGroup::default_omp_threads() const {
+  if (o_.nproc_per_node_ <= 1 || std::getenv("OMP_NUM_THREADS") != nullptr) return "";
+  long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  return std::to_string(std::max(1L, cores / o_.nproc_per_node_));
+}
+
 std::vector<std::string> WorkerGroup::environment(const Worker& w) const {
   std::vector<std::pair<std::string, std::string>> vars = {
       {"RANK", std::to_string(w.rank)},
@@ -112,12 +121,7 @@ std::vector<std::string> WorkerGroup::environment(const Worker& w) const {
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o_.max_restarts_)},
   };
   vars.insert(vars.end(), env_.extra.begin(), env_.extra.end());
-  // Like torchrun: several workers on one node share its cores, so unless the user chose, each
-  // gets an equal share of OpenMP threads instead of all of them (which oversubscribes).
-  if (o_.nproc_per_node_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
-    long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
-    vars.push_back({"OMP_NUM_THREADS", std::to_string(std::max(1L, cores / o_.nproc_per_node_))});
-  }
+  if (std::string t = default_omp_threads(); !t.empty()) vars.push_back({"OMP_NUM_THREADS", t});
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string kv = *e;
@@ -209,6 +213,11 @@ void WorkerGroup::start() {
     workers_[size_t(i)].local_rank = i;
     workers_[size_t(i)].rank = env_.rank_offset + i;
   }
+  // Said once per launch, as torchrun does, so a slow run is not a mystery.
+  if (std::string t = default_omp_threads(); !t.empty() && env_.restart_count == 0)
+    write_all(o_.stderr_fd_, kiln::detail::str_cat("kiln-run: setting OMP_NUM_THREADS=", t, " for each of the ", n,
+                                                   " workers (the node's cores shared out, as torchrun does); set "
+                                                   "OMP_NUM_THREADS to choose another number\n"));
   for (Worker& w : workers_) spawn(w);
 }
 

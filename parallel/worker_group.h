@@ -73,6 +73,7 @@ class WorkerGroup {
   int stop_signal() const { return stop_signal_; }
 
  private:
+  std::string default_omp_threads() const;  // OMP_NUM_THREADS kiln-run sets, or ""
   struct Worker {
     int rank = 0, local_rank = 0;
     int pid = -1;  // also its process group

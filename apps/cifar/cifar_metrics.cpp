@@ -10,6 +10,7 @@
 #include <kiln/core/error.h>
 
 #include "common/duration.h"
+#include "common/text_file.h"
 
 namespace kiln::apps {
 
@@ -86,10 +87,7 @@ void write_accuracy_svg(const std::string& path, const std::vector<EpochMetrics>
       << "\" text-anchor=\"end\" fill=\"#1f77b4\">test accuracy " << label << "</text>\n";
   }
   s << "</svg>\n";
-  std::ofstream out(path, std::ios::trunc);
-  KILN_CHECK(out.good(), "cannot write the SVG file ", path);
-  out << s.str();
-  KILN_CHECK(out.good(), "writing the SVG file ", path, " failed");
+  write_text_file(path, s.str(), "the accuracy plot");
 }
 
 void print_progress(int64_t epoch, int64_t epochs, int64_t step, int64_t steps_per_epoch, double loss, double images_per_s,

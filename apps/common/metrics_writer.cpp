@@ -1,6 +1,8 @@
 // MetricsWriter (see metrics_writer.h, Note [Resume-safe metrics]).
 #include "metrics_writer.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include <kiln/core/error.h>
@@ -27,6 +29,8 @@ uintmax_t kept_prefix(const std::string& path, int64_t resume_step, std::vector<
   return keep;
 }
 
+std::string reason(int err) { return err != 0 ? std::strerror(err) : "unknown reason (no errno)"; }
+
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t resume_step) : path_(path) {
@@ -39,8 +43,9 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resume_step) : pat
     KILN_CHECK(!ec, "cannot truncate the metrics file ", path_, " to ", keep, " bytes: ", ec.message());
     mode = std::ios::app;
   }
+  errno = 0;
   out_.open(path_, std::ios::out | mode);
-  KILN_CHECK(out_.is_open(), "cannot open the metrics file ", path_);
+  KILN_CHECK_IO(out_.is_open(), "cannot open the metrics file ", path_, ": ", reason(errno));
   // A kept last line without its newline (the file ended there) gets one before new lines.
   if (!kept_.empty() && std::filesystem::file_size(path_) > 0) {
     std::ifstream tail(path_, std::ios::binary);
@@ -51,9 +56,10 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resume_step) : pat
 
 void MetricsWriter::write(const nlohmann::json& object) {
   if (!out_.is_open()) return;
+  errno = 0;  // the stream keeps no reason; the failed write(2) under it leaves one in errno
   out_ << object.dump() << '\n';
   out_.flush();
-  KILN_CHECK(out_.good(), "writing the metrics file ", path_, " failed");
+  KILN_CHECK_IO(out_.good(), "writing the metrics file ", path_, " failed: ", reason(errno));
 }
 
 }  // namespace kiln::apps

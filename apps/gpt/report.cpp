@@ -15,6 +15,7 @@
 #include <kiln/core/error.h>
 
 #include "common/duration.h"
+#include "common/text_file.h"
 
 namespace kiln::apps {
 
@@ -142,9 +143,7 @@ void write_loss_svg(const std::string& path, const std::vector<TrainPoint>& trai
   svg << "<text x=\"" << kWidth - kRight << "\" y=\"18\" text-anchor=\"end\"><tspan fill=\"#1f77b4\">train</tspan>"
       << " <tspan fill=\"#ff7f0e\">val</tspan></text>\n</svg>\n";
 
-  std::ofstream out(path, std::ios::trunc);
-  out << svg.str();
-  KILN_CHECK(out.good(), "cannot write the loss curve ", path);
+  write_text_file(path, svg.str(), "the loss curve");
 }
 
 void LogWindow::add(const dist::StepStats& s) {

@@ -50,3 +50,15 @@ test -f "$work/damaged/step_20.safetensors.corrupt"
   --checkpoint-dir "$work/pruned" >/dev/null
 kept=$(cd "$work/pruned" && ls step_*.safetensors | sort -V | tr '\n' ' ')
 [ "$kept" = "step_10.safetensors step_12.safetensors " ] || { echo "kept: $kept (expected step_10 and step_12)"; exit 1; }
+# A full disk (/dev/full) under --loss-svg and --metrics: a non-zero exit naming the file and the
+# system's reason (it used to exit 0 leaving a 0-byte plot; the metrics error gave no reason).
+short=("${tiny_gpt[@]}" --steps 2 --warmup-steps 1)
+if out=$("$bin/train_gpt" "${short[@]}" --loss-svg /dev/full 2>&1); then echo "--loss-svg /dev/full exited 0"; exit 1; fi
+case "$out" in *"writing the loss curve /dev/full failed: No space left on device"*) ;;
+  *) echo "--loss-svg /dev/full: unexpected output: $out"; exit 1 ;; esac
+if out=$("$bin/train_gpt" "${short[@]}" --metrics /dev/full 2>&1); then echo "--metrics /dev/full exited 0"; exit 1; fi
+case "$out" in *"writing the metrics file /dev/full failed: No space left on device"*) ;;
+  *) echo "--metrics /dev/full: unexpected output: $out"; exit 1 ;; esac
+"$bin/train_gpt" "${short[@]}" --loss-svg "$work/loss.svg" >/dev/null
+grep -q "</svg>" "$work/loss.svg"
+test ! -e "$work/loss.svg.tmp"

@@ -19,6 +19,17 @@ expect_rc 0 --nproc-per-node 2 --standalone /bin/sh -c 'echo "w=$WORLD_SIZE r=$R
 expect_out "[rank 0] w=2 r=0 l=0 a=127.0.0.1"
 expect_out "[rank 1] w=2 r=1 l=1 a=127.0.0.1"
 
+# Several workers and no OMP_NUM_THREADS: kiln-run shares the cores out and says so once, as torchrun.
+(unset OMP_NUM_THREADS; exec "$K" --nproc-per-node 2 /bin/sh -c 'echo "omp=$OMP_NUM_THREADS"') > "$T/out" 2> "$T/err" ||
+  fail "kiln-run with 2 workers failed: $(cat "$T/err")"
+[ "$(grep -c '^kiln-run: setting OMP_NUM_THREADS=[1-9][0-9]* for each of the 2 workers' "$T/err")" = 1 ] ||
+  fail "kiln-run did not say once that it sets OMP_NUM_THREADS: $(cat "$T/err")"
+grep -q '^\[rank 1\] omp=[1-9]' "$T/out" || fail "rank 1 got no OMP_NUM_THREADS: $(cat "$T/out")"
+OMP_NUM_THREADS=3 "$K" --nproc-per-node 2 /bin/sh -c 'echo "omp=$OMP_NUM_THREADS"' > "$T/out" 2> "$T/err" ||
+  fail "kiln-run with OMP_NUM_THREADS=3 failed"
+[ ! -s "$T/err" ] || fail "kiln-run said something although OMP_NUM_THREADS was set: $(cat "$T/err")"
+expect_out "[rank 1] omp=3"
+
 expect_rc 0 --nproc_per_node=2 --nnodes 2 --node_rank 1 --master-addr 10.0.0.7 --master_port 23456 \
   /bin/sh -c 'echo "$RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT"'
 expect_out "[rank 2] 2 4 1 10.0.0.7:23456"

@@ -161,9 +161,43 @@ TEST_CASE("output lines carry the rank prefix and are never split") {
     CHECK(next[r] == 300);
     CHECK(tail[r]);
   }
-  auto err = lines_of(s.err());
+  std::vector<std::string> err;
+  for (const std::string& l : lines_of(s.err()))
+    if (l.rfind("kiln-run: setting OMP_NUM_THREADS=", 0) != 0) err.push_back(l);  // the launcher's own notice
   std::sort(err.begin(), err.end());
   CHECK(err == std::vector<std::string>{"[rank 0] oops 0", "[rank 1] oops 1", "[rank 2] oops 2"});
+}
+
+TEST_CASE("setting OMP_NUM_THREADS for the workers is said once, as torchrun does; a user's value is kept") {
+  const char* saved = std::getenv("OMP_NUM_THREADS");
+  const std::string restore = saved ? saved : "";
+  ::unsetenv("OMP_NUM_THREADS");
+  const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string share = std::to_string(std::max(1L, cores / 2));
+  {
+    Scratch s;
+    REQUIRE(dist::launch(s.sh("echo \"omp=$OMP_NUM_THREADS\"", 2)) == 0);
+    CHECK(lines_of(s.err()) ==
+          std::vector<std::string>{"kiln-run: setting OMP_NUM_THREADS=" + share +
+                                   " for each of the 2 workers (the node's cores shared out, as torchrun does); set "
+                                   "OMP_NUM_THREADS to choose another number"});
+    CHECK(s.out().find("[rank 1] omp=" + share + "\n") != std::string::npos);
+  }
+  {
+    Scratch s;  // one worker: nothing set, nothing said
+    REQUIRE(dist::launch(s.sh("echo \"omp=$OMP_NUM_THREADS\"", 1)) == 0);
+    CHECK(s.err().empty());
+    CHECK(s.out() == "[rank 0] omp=\n");
+  }
+  ::setenv("OMP_NUM_THREADS", "3", 1);
+  {
+    Scratch s;  // the user's choice: kept, nothing said
+    REQUIRE(dist::launch(s.sh("echo \"omp=$OMP_NUM_THREADS\"", 2)) == 0);
+    CHECK(s.err().empty());
+    CHECK(s.out().find("[rank 0] omp=3\n") != std::string::npos);
+  }
+  if (saved) ::setenv("OMP_NUM_THREADS", restore.c_str(), 1);
+  else ::unsetenv("OMP_NUM_THREADS");
 }
 
 TEST_CASE("a failing rank stops the others promptly and gives its exit code") {

@@ -139,3 +139,12 @@ TEST_CASE("a damaged line in the middle is an error naming the file and the line
   CHECK_ERROR_CONTAINS(MetricsWriter(f.path, 5), f.path.c_str(), "line 2", "not a JSON object");
   CHECK(read(f.path) == "{\"step\":1}\nnot json\n{\"step\":2}\n");  // left as it was
 }
+
+TEST_CASE("a failed write names the file and the system's reason (errno)") {
+  // /dev/full accepts the open and fails every write with ENOSPC, as a full disk does.
+  MetricsWriter w("/dev/full");
+  CHECK_ERROR_CONTAINS(w.write({{"type", "train"}, {"step", 1}}),
+                       "writing the metrics file /dev/full failed: No space left on device");
+  CHECK_ERROR_CONTAINS(MetricsWriter("/nonexistent-dir/m.jsonl"), "cannot open the metrics file",
+                       "No such file or directory");
+}
