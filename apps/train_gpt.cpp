@@ -117,6 +117,16 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
                  "FMA units per core assumed, the threads' cores, the measured clock; printed at the start)");
 }
 
+// The loader's next batch for the step printed as `step`: a shard that changed under the run (an
+// IOError naming the file and offset, Note [Shards changed under a run]) names the step too.
+data::TokenBatch next_batch(data::TokenLoader& loader, int64_t step) {
+  try {
+    return loader.next();
+  } catch (const IOError& e) {
+    throw IOError(detail::str_cat(e.what(), " (train_gpt step ", step, ")"));
+  }
+}
+
 int run(Args a) {
   dist::PreemptionGuard preemption;  // before any thread starts (Note [Signals and oneDNN])
   if (a.threads > 0) set_num_threads(a.threads);
@@ -230,7 +240,7 @@ int run(Args a) {
     if (a.cuda_graph) {
       // Note [Whole-step CUDA graph]: the captured step reads the same buffers every step.
       for (int i = 0; i < accum; ++i) {
-        data::TokenBatch b = train_loader.next();
+        data::TokenBatch b = next_batch(train_loader, step + 1);
         if (static_x.size() < size_t(accum)) {
           static_x.push_back(empty(b.x.shape(), b.x.dtype(), device));
           static_y.push_back(empty(b.y.shape(), b.y.dtype(), device));
@@ -243,7 +253,7 @@ int run(Args a) {
     } else {
       s = trainer.step(
           [&](int) {
-            data::TokenBatch b = train_loader.next();
+            data::TokenBatch b = next_batch(train_loader, step + 1);
             return model->loss(b.x.to(device, /*non_blocking=*/true), b.y.to(device, /*non_blocking=*/true));
           },
           dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
