@@ -109,6 +109,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 int run(const Args& a) {
+  dist::PreemptionGuard preemption;  // before any thread starts (Note [Signals and oneDNN])
   if (a.threads > 0) set_num_threads(a.threads);
   // Alone, or one rank of the job kiln-run, torchrun, srun or mpirun started (dist::launched()).
   const apps::Job job = apps::join_job(apps::JobOptions().device(a.device).backend(a.backend));
@@ -142,15 +143,16 @@ int run(const Args& a) {
                         apps::make_cifar_schedule(a.schedule, warmup, total_steps));
   apps::register_comm_hook(trainer, a.parallel, a.seed);
 
-  int64_t start_epoch = 0;
-  double elapsed_before = 0;
+  apps::EpochCursor resumed;  // epochs done, and steps done in the next one (a preempted run)
   if (a.resume) {
     KILN_CHECK(!a.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
     const std::string path = apps::agreed_checkpoint(job, a.checkpoint_dir);
     if (auto cursor = trainer.load_checkpoint(path)) {
-      std::tie(start_epoch, elapsed_before) = apps::parse_epoch_cursor(*cursor, path);
+      resumed = apps::parse_epoch_cursor(*cursor, path);
+      KILN_CHECK(resumed.batch <= steps_per_epoch, "checkpoint ", path, " was saved after step ", resumed.batch,
+                 " of an epoch of ", steps_per_epoch, " steps: resume with the --batch-size and --train-size it had");
       if (job.main())
-        std::printf("resumed from %s: epoch %lld, step %lld\n", path.c_str(), (long long)start_epoch,
+        std::printf("resumed from %s: epoch %lld, step %lld\n", path.c_str(), (long long)resumed.epoch,
                     (long long)trainer.global_step());
     } else if (job.main()) {
       std::printf("no checkpoint in %s common to all ranks: starting from scratch\n", a.checkpoint_dir.c_str());
@@ -174,17 +176,27 @@ int run(const Args& a) {
   const int64_t last_epoch = a.stop_after_epoch > 0 ? std::min(a.stop_after_epoch, a.epochs) : a.epochs;
   const auto ce = CrossEntropyOptions().label_smoothing(a.label_smoothing);
   apps::StepProfiler profiler(a.profile, job.group, device);  // steps count across epochs (global steps)
-  for (int64_t epoch = start_epoch; epoch < last_epoch; ++epoch) {
+  const double elapsed_before = resumed.elapsed_s;
+  // SIGTERM/SIGINT/SIGUSR1: finish the step, checkpoint it with the position in the epoch, exit 75
+  // (Note [Preemption]). With NCCL the ranks agree at log steps, which read the device anyway; on
+  // the CPU after every step.
+  const int64_t preempt_every = device.is_cuda() && job.world > 1 ? a.log_every : 1;
+  for (int64_t epoch = resumed.epoch; epoch < last_epoch; ++epoch) {
     sampler.set_epoch(epoch);
+    // A run preempted inside this epoch resumes after its last step: the same batches, minus those done.
+    const int64_t skipped = epoch == resumed.epoch ? resumed.batch : 0;
+    std::vector<int64_t> order = apps::interleave_micro_batches(sampler.indices(), per_rank, a.grad_accum);
+    order.erase(order.begin(), order.begin() + skipped * per_rank);
     // Augmentation is keyed by the dataset index only (rank 0's key on every rank), so an image is
     // augmented the same way whatever the world size.
-    data::DataLoader loader(apps::interleave_micro_batches(sampler.indices(), per_rank, a.grad_accum),
+    data::DataLoader loader(std::move(order),
                             data::cifar10_batches(train, data::AugmentOptions().seed(a.seed), epoch, /*rank=*/0),
                             data::DataLoaderOptions(per_rank).num_workers(a.workers).drop_last(true)
                                 .pin_memory(device.is_cuda()).device(device));
     const auto epoch_start = std::chrono::steady_clock::now();
-    Tensor loss_sum = zeros({}, TensorOptions().dtype(DType::f64).device(device));
+    Tensor loss_sum = full({}, skipped > 0 ? resumed.loss_sum : 0.0, TensorOptions().dtype(DType::f64).device(device));
     double last_loss = NAN;
+    int64_t stopped_after = -1;  // steps of this epoch done when a signal stopped the run
     while (auto batch = loader.next()) {
       const Tensor& x = batch->inputs;  // on `device` already (uploaded by the loader)
       const Tensor& y = batch->targets;
@@ -204,8 +216,32 @@ int run(const Args& a) {
         const int64_t done = trainer.global_step() - steps_at_start;
         const double t = seconds_since(run_start), rate = double(done * a.batch_size) / t;
         const double eta = t / double(done) * double(last_epoch * steps_per_epoch - trainer.global_step());
-        apps::print_progress(epoch + 1, a.epochs, batch->index + 1, steps_per_epoch, last_loss, rate, eta);
+        apps::print_progress(epoch + 1, a.epochs, skipped + batch->index + 1, steps_per_epoch, last_loss, rate, eta);
       }
+      if (preemption.stop_requested(job.group.get(), step, preempt_every)) {
+        stopped_after = skipped + batch->index + 1;
+        break;
+      }
+    }
+    if (stopped_after >= 0) {
+      // Every rank stops after the same step (stop_requested is collective); the epoch's loss so far
+      // goes into the cursor as the mean over ranks, which is what the epoch's end averages anyway.
+      if (job.world > 1) job.group->allreduce(loss_sum, dist::AllreduceOptions().op(dist::ReduceOp::avg))->wait();
+      const apps::EpochCursor cursor{epoch, elapsed_before + seconds_since(run_start), stopped_after, loss_sum.item()};
+      const std::string path = dist::Trainer::checkpoint_path(a.checkpoint_dir, trainer.global_step());
+      if (!a.checkpoint_dir.empty()) trainer.save_checkpoint(path, apps::epoch_cursor(cursor));
+      profiler.finish();
+      if (job.main()) {
+        if (live) std::fprintf(stderr, "\r%*s\r", 100, "");
+        std::printf("train_cifar: stopped by a signal after step %lld (epoch %lld, step %lld of %lld)%s; exit status "
+                    "%d (resume with --resume)\n",
+                    (long long)trainer.global_step(), (long long)epoch + 1, (long long)stopped_after,
+                    (long long)steps_per_epoch,
+                    a.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : (", checkpoint " + path).c_str(),
+                    dist::kPreemptedExitStatus);
+      }
+      std::fflush(stdout);
+      return dist::kPreemptedExitStatus;
     }
     const double train_seconds = seconds_since(epoch_start);
     Tensor mean_loss = ops::div(loss_sum, double(steps_per_epoch));  // on `device`, the group's device
@@ -214,7 +250,7 @@ int run(const Args& a) {
     apps::EvalCounts counts = apps::evaluate(*model, test_set, job.group.get(), a.eval_batch_size, amp, device);
 
     const apps::EpochMetrics m{epoch + 1, trainer.global_step(), mean_loss.item(), counts.accuracy(), counts.correct,
-                               counts.total, double(steps_per_epoch * a.batch_size) / train_seconds,
+                               counts.total, double((steps_per_epoch - skipped) * a.batch_size) / train_seconds,
                                elapsed_before + seconds_since(run_start), trainer.lr()};
     if (job.main()) {
       if (live) std::fprintf(stderr, "\r%*s\r", 100, "");
@@ -224,7 +260,7 @@ int run(const Args& a) {
     }
     if (!a.checkpoint_dir.empty() && (m.epoch % a.checkpoint_every == 0 || m.epoch == last_epoch)) {
       trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, trainer.global_step()),
-                              apps::epoch_cursor(m.epoch, m.elapsed_s));
+                              apps::epoch_cursor({m.epoch, m.elapsed_s}));
     }
   }
   profiler.finish();
@@ -237,7 +273,10 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"train_cifar: train the CIFAR-10 CNN (one process, or DDP under kiln-run / torchrun / srun / mpirun)"};
+  CLI::App app{"train_cifar: train the CIFAR-10 CNN (one process, or DDP under kiln-run / torchrun / srun / mpirun). "
+               "SIGTERM, SIGINT or SIGUSR1 (SLURM's --signal): the ranks finish the step, checkpoint it "
+               "(--checkpoint-dir) and exit 75; --resume continues inside the epoch with no step lost; a second "
+               "SIGTERM/SIGINT ends it at once."};
   Args a;
   add_flags(app, a);
   return apps::run_main(app, argc, argv, apps::AppMainOptions("train_cifar"), [&] {

@@ -98,18 +98,25 @@ void print_progress(int64_t epoch, int64_t epochs, int64_t step, int64_t steps_p
   std::fflush(stderr);
 }
 
-std::string epoch_cursor(int64_t epoch, double elapsed_s) {
-  char cursor[96];
-  std::snprintf(cursor, sizeof cursor, "epoch=%lld elapsed=%.17g", (long long)epoch, elapsed_s);
+std::string epoch_cursor(const EpochCursor& c) {
+  char cursor[160];
+  if (c.batch == 0)
+    std::snprintf(cursor, sizeof cursor, "epoch=%lld elapsed=%.17g", (long long)c.epoch, c.elapsed_s);
+  else
+    std::snprintf(cursor, sizeof cursor, "epoch=%lld elapsed=%.17g batch=%lld loss_sum=%.17g", (long long)c.epoch,
+                  c.elapsed_s, (long long)c.batch, c.loss_sum);
   return cursor;
 }
 
-std::pair<int64_t, double> parse_epoch_cursor(const std::string& cursor, const std::string& path) {
-  long long epoch = 0;
-  double elapsed = 0;
-  KILN_CHECK(std::sscanf(cursor.c_str(), "epoch=%lld elapsed=%lf", &epoch, &elapsed) == 2, "checkpoint ", path,
-             " has no train_cifar cursor (found '", cursor, "')");
-  return {epoch, elapsed};
+EpochCursor parse_epoch_cursor(const std::string& cursor, const std::string& path) {
+  long long epoch = 0, batch = 0;
+  EpochCursor c;
+  const int n = std::sscanf(cursor.c_str(), "epoch=%lld elapsed=%lf batch=%lld loss_sum=%lf", &epoch, &c.elapsed_s,
+                            &batch, &c.loss_sum);
+  KILN_CHECK(n == 2 || n == 4, "checkpoint ", path, " has no train_cifar cursor (found '", cursor, "')");
+  c.epoch = epoch;
+  c.batch = batch;
+  return c;
 }
 
 }  // namespace kiln::apps

@@ -34,10 +34,18 @@ EpochMetrics epoch_metrics_from_json(const nlohmann::json& j);
 void print_progress(int64_t epoch, int64_t epochs, int64_t step, int64_t steps_per_epoch, double loss, double images_per_s,
                     double eta_s);
 
-// The cursor a train_cifar checkpoint carries ("epoch=E elapsed=S": epochs done, seconds trained)
-// and its inverse on --resume; a cursor of another app is an error naming `path`.
-std::string epoch_cursor(int64_t epoch, double elapsed_s);
-std::pair<int64_t, double> parse_epoch_cursor(const std::string& cursor, const std::string& path);
+// The cursor a train_cifar checkpoint carries, and its inverse on --resume; a cursor of another app
+// is an error naming `path`. "epoch=E elapsed=S": E epochs done, S seconds trained; a run stopped
+// by a signal inside epoch E + 1 adds "batch=K loss_sum=L": its first K steps are done and their
+// losses (each the mean over ranks) sum to L, so the resumed epoch's mean loss is the same.
+struct EpochCursor {
+  int64_t epoch = 0;
+  double elapsed_s = 0;
+  int64_t batch = 0;
+  double loss_sum = 0;
+};
+std::string epoch_cursor(const EpochCursor& c);
+EpochCursor parse_epoch_cursor(const std::string& cursor, const std::string& path);
 
 // A 480x300 SVG: test accuracy (%) against epoch, with axes, ticks and the final value.
 void write_accuracy_svg(const std::string& path, const std::vector<EpochMetrics>& history, const std::string& title);

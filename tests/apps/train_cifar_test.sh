@@ -1,6 +1,6 @@
 #!/bin/sh
 # End-to-end checks of train_cifar, reading its JSONL metrics with awk (no other dependency).
-# Usage: train_cifar_test.sh accuracy|ddp|sharding|syncbn|slurm|resume|errors path/to/train_cifar path/to/kiln-run
+# Usage: train_cifar_test.sh accuracy|ddp|sharding|syncbn|slurm|resume|preempt|errors path/to/train_cifar path/to/kiln-run
 # Each mode is one CTest (tests/apps/train_cifar_tests.cmake says what each compares and why).
 MODE="$1"
 TC="$2"
@@ -140,6 +140,56 @@ resume)
     [ -n "$a" ] && [ "$a" = "$b" ] || fail "epoch 3 $k: uninterrupted '$a', resumed '$b'"
   done
   [ "$(wc -l < "$T/resumed.jsonl")" = 3 ] || fail "the resumed metrics file does not hold epochs 1-3 once each"
+  ;;
+preempt)
+  # SIGTERM inside an epoch (Note [Preemption]): train_cifar finishes the step, checkpoints it with
+  # its place in the epoch and exits 75; --resume goes on from the next step, and every epoch line
+  # equals the uninterrupted run's bit for bit: no step lost or repeated, the epoch's mean loss whole.
+  A="--train-size 1024 --test-size 100 --epochs 4 --batch-size 32 --threads 1"
+  run "$T/full.log" "$TC" $COMMON $A --metrics "$T/full.jsonl"
+  "$TC" $COMMON $A --checkpoint-dir "$T/ckpt" --metrics "$T/resumed.jsonl" > "$T/part.log" 2>&1 &
+  pid=$!
+  i=0
+  while [ $i -lt 600 ] && ! grep -q "^epoch 1/4" "$T/part.log"; do sleep 0.02; i=$((i + 1)); done
+  kill -TERM $pid
+  rc=0; wait $pid || rc=$?
+  cat "$T/part.log"
+  [ "$rc" = 75 ] || fail "exit status $rc after SIGTERM, expected 75"
+  grep -q "stopped by a signal after step [0-9]* (epoch [2-4], step [0-9]* of 32), checkpoint .*ckpt/step_" \
+    "$T/part.log" || fail "no stop message naming the step and the checkpoint"
+  run "$T/resume.log" "$TC" $COMMON $A --checkpoint-dir "$T/ckpt" --resume --metrics "$T/resumed.jsonl"
+  cat "$T/resume.log"
+  grep -q "resumed from .*ckpt/step_" "$T/resume.log" || fail "the run did not resume"
+  for e in 1 2 3 4; do
+    for k in step train_loss test_correct lr; do
+      a=$(field "$T/full.jsonl" $e $k); b=$(field "$T/resumed.jsonl" $e $k)
+      [ -n "$a" ] && [ "$a" = "$b" ] || fail "epoch $e $k: uninterrupted '$a', preempted and resumed '$b'"
+    done
+  done
+  [ "$(wc -l < "$T/resumed.jsonl")" = 4 ] || fail "the resumed metrics file does not hold epochs 1-4 once each"
+  # 2 Gloo ranks under kiln-run, which forwards the SIGTERM: the ranks agree on the last step. The
+  # interrupted epoch's loss is summed in another order (its first part averaged over the ranks at
+  # the stop), so it agrees to 1e-12; the weights, and so everything else, bit for bit.
+  run "$T/full2.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --metrics "$T/full2.jsonl"
+  "$KR" --nproc-per-node 2 --standalone --stop-grace 30 "$TC" $COMMON $A --checkpoint-dir "$T/ckpt2" \
+    --metrics "$T/resumed2.jsonl" > "$T/part2.log" 2>&1 &
+  pid=$!
+  i=0
+  while [ $i -lt 600 ] && ! grep -q "epoch 1/4" "$T/part2.log"; do sleep 0.02; i=$((i + 1)); done
+  kill -TERM $pid
+  wait $pid
+  cat "$T/part2.log"
+  grep -q "stopped by a signal after step" "$T/part2.log" || fail "2 ranks: no stop message"
+  run "$T/resume2.log" "$KR" --nproc-per-node 2 --standalone "$TC" $COMMON $A --checkpoint-dir "$T/ckpt2" --resume \
+    --metrics "$T/resumed2.jsonl"
+  for e in 1 2 3 4; do
+    for k in step test_correct lr; do
+      a=$(field "$T/full2.jsonl" $e $k); b=$(field "$T/resumed2.jsonl" $e $k)
+      [ -n "$a" ] && [ "$a" = "$b" ] || fail "2 ranks, epoch $e $k: uninterrupted '$a', preempted and resumed '$b'"
+    done
+    a=$(field "$T/full2.jsonl" $e train_loss); b=$(field "$T/resumed2.jsonl" $e train_loss)
+    close "$a" "$b" 1e-12 || fail "2 ranks, epoch $e train loss: uninterrupted $a, preempted and resumed $b"
+  done
   ;;
 errors)
   # Bad input: one clear stderr line and a non-zero exit.
