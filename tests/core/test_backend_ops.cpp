@@ -89,6 +89,9 @@ std::vector<Row> rows() {
        }},
       {"compare with a scalar: lt, ge, eq", {small_int({5, 6}).transposed()},
        [](const Args& a) -> Outputs { return {ops::lt(a[0], 0.5), ops::ge(a[0], 1.0), ops::eq(a[0], -2.0)}; }},
+      // Integers apart by 0 or >= 1, with atol 0.5 and rtol 0.1 |b| (|b| < 3): close exactly where equal.
+      {"isclose (ties), broadcast", {small_int({4, 9}), small_int({9}).strided()},
+       [](const Args& a) -> Outputs { return {isclose(a[0], a[1], 0.1, 0.5)}; }},
       {"where", {mask({4, 1}), x({4, 7}), x({7}).strided()},
        [](const Args& a) -> Outputs { return {ops::where(a[0], a[1], a[2])}; }},
       {"masked_fill", {x({3, 8}).transposed(), mask({8})},
@@ -102,6 +105,8 @@ std::vector<Row> rows() {
       {"var(dim=1)", {x({6, 9, 4})}, [](const Args& a) -> Outputs { return {ops::var(a[0], {1})}; }},
       {"std(dim=0, correction=0)", {x({12, 5}).transposed()},
        [](const Args& a) -> Outputs { return {ops::std(a[0], {0}, 0)}; }},
+      {"var, std over every element (kiln::var(x), kiln::std(x))", {x({7, 9}).strided()},
+       [](const Args& a) -> Outputs { return {kiln::var(a[0]), kiln::std(a[0])}; }},
       {"amax(dim=-1), amin(dims={0, 1})", {x({6, 5, 7})},
        [](const Args& a) -> Outputs { return {ops::amax(a[0], {-1}), ops::amin(a[0], {0, 1})}; }},
       {"max(dim=1), min(dim=0): values and indices", {small_int({6, 9}).transposed()},
