@@ -126,7 +126,7 @@ void sweep_add_layer_norm(std::vector<Row>& rows, const TimeFn& time_ms) {
       rows.push_back(timed(fused ? "add+layer_norm fwd+bwd fused" : "add+layer_norm fwd+bwd composed", shape, time_ms,
                            [&] {
                              AddLayerNormOutput o = add_layer_norm(x, res, {n}, w, b);
-                             backward({o.sum, o.out}, {gs, go});
+                             autograd::backward({o.sum, o.out}, {gs, go});
                            }));
     }
   }

@@ -140,7 +140,7 @@ TEST_CASE("cuDNN attention: an expanded dout (out.sum()) is copied for cuDNN, no
   Inputs in = make_inputs(b, h, t, d, DType::bf16, 77);
   auto sum_backward = [&](Device device, DType dtype) {
     Tensor q = leaf(in.q.to(dtype).to(device)), k = leaf(in.k.to(dtype).to(device)), v = leaf(in.v.to(dtype).to(device));
-    scaled_dot_product_attention(q, k, v, true).sum().backward();  // dout: ones expanded, stride 0 everywhere
+    sum(scaled_dot_product_attention(q, k, v, true)).backward();  // dout: ones expanded, stride 0 everywhere
     return Result{Tensor(), q.grad(), k.grad(), v.grad()};
   };
   const int64_t bwd = cuda::attention_cudnn_backward_count();

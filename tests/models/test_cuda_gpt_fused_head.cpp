@@ -54,7 +54,7 @@ Run run(models::GPTFusedHead mode, bool autocast) {
 TEST_CASE("CUDA: the chunked LM head gives the whole-logits loss and gradients, holding less") {
   test::require_cuda();
   for (bool autocast : {false, true}) {
-    INFO(autocast ? "bf16 autocast" : "f32");
+    INFO((autocast ? "bf16 autocast" : "f32"));
     const Run whole = run(models::GPTFusedHead::off, autocast), chunked = run(models::GPTFusedHead::on, autocast);
     // f32: the same sums in other chunkings (TF32 is off); bf16: the logits' rounding differs.
     const double tol = autocast ? 2e-2 : 1e-5;
