@@ -9,7 +9,8 @@ Checks (all when none is named):
   cpp        every ```cpp block compiles (c++ -std=c++20 -fsyntax-only -I...): a whole translation
              unit. Fragments are fenced ```c++ (or ```text) and are not compiled
   flags      every --flag written after an app's name (fenced shell blocks, `inline code`) is in that
-             app's --help (apps from --apps-dir; an app named by --unbuilt is not checked)
+             app's --help (apps from --apps-dir; an app named by --unbuilt is not checked); in
+             docs/cli.md every --flag, by its table row's or its section's app (else any app's)
   env        every KILN_* variable in docs/environment.md is read by the code, and every KILN_*
              variable the library or the apps name is documented there
   links      relative links and #anchors resolve (GitHub's anchor rules)
@@ -216,6 +217,42 @@ def command_flags(tokens):
             yield app, re.split(r"[=,'\"]", tok, 1)[0].rstrip(".,;:)")
 
 
+def check_flag(doc, n, app, flag, args, cache, fail):
+    flags = app_help(args.apps_dir, app, cache)
+    if flags is None:
+        if app not in args.unbuilt:
+            fail.add(doc, n, "%s is not built in %s, so %s cannot be checked" % (app, args.apps_dir, flag))
+        return 0
+    if flag not in flags:
+        fail.add(doc, n, "%s has no flag %s (not in `%s --help`)" % (app, flag, app))
+    return 1
+
+
+def check_reference_flags(doc, text, covered, args, cache, fail):
+    """docs/cli.md: every --flag belongs to the app of its table row (`| `app` | ...`) or of its
+    section (a heading naming the app); elsewhere it must be some built app's flag."""
+    prose = {n for n, _ in prose_lines(text)}
+    section_app, count = None, 0
+    for n, line in enumerate(text.split("\n"), 1):
+        heading = re.match(r"^#{1,6}\s+`?([\w.-]+)`?", line) if n in prose else None
+        if heading:
+            section_app = heading.group(1) if heading.group(1) in APPS else None
+            continue
+        row = re.match(r"^\s*\|\s*`?([\w.-]+)`?\s*\|", line)
+        app = row.group(1) if row and row.group(1) in APPS else section_app
+        for flag in re.findall(r"(?<![\w-])--[A-Za-z0-9][A-Za-z0-9_-]*", line):
+            if flag in covered.get(n, ()):
+                continue
+            if app:
+                count += check_flag(doc, n, app, flag, args, cache, fail)
+                continue
+            known = [a for a in APPS if app_help(args.apps_dir, a, cache)]
+            count += 1
+            if not any(flag in app_help(args.apps_dir, a, cache) for a in known):
+                fail.add(doc, n, "%s is no built app's flag (in no app's --help)" % flag)
+    return count
+
+
 def check_flags(root, fail, args):
     if not args.apps_dir:
         fail.add("check-docs.py", 1, "the flags check needs --apps-dir (the build's apps folder)")
@@ -239,15 +276,13 @@ def check_flags(root, fail, args):
         for n, line_text in prose_lines(text):
             for span in re.findall(r"`([^`]+)`", line_text):
                 commands.append((n, span.split()))
+        covered = {}  # line -> flags the command rule attributed
         for n, tokens in commands:
             for app, flag in command_flags(tokens):
-                flags = app_help(args.apps_dir, app, cache)
-                checked += 1
-                if flags is None:
-                    if app not in args.unbuilt:
-                        fail.add(doc, n, "%s is not built in %s, so %s cannot be checked" % (app, args.apps_dir, flag))
-                elif flag not in flags:
-                    fail.add(doc, n, "%s has no flag %s (not in `%s --help`)" % (app, flag, app))
+                covered.setdefault(n, set()).add(flag)
+                checked += check_flag(doc, n, app, flag, args, cache, fail)
+        if doc == "docs/cli.md":
+            checked += check_reference_flags(doc, text, covered, args, cache, fail)
     if not os.path.exists(os.path.join(root, "docs/cli.md")):
         fail.add("docs/cli.md", 1, "missing: the command-line reference (each app's --help)")
     print("flags: %d flag mentions checked" % checked)
