@@ -150,7 +150,7 @@ def check_examples(root, fail, args):
             want = example_text(file_path)
             if body != want:
                 k = next((k for k in range(min(len(body), len(want))) if body[k] != want[k]), min(len(body), len(want)))
-                fail.add(doc, start + code_lines[0] + 1 + k,
+                fail.add(doc, start + code_lines[0] + 2 + k,
                          "differs from %s (line %d of the embedded text): %r vs %r; paste the file again"
                          % (target, k + 1, body[k] if k < len(body) else "<end>", want[k] if k < len(want) else "<end>"))
     if embedded_in_readme == 0:
