@@ -62,3 +62,16 @@ case "$out" in *"writing the metrics file /dev/full failed: No space left on dev
 "$bin/train_gpt" "${short[@]}" --loss-svg "$work/loss.svg" >/dev/null
 grep -q "</svg>" "$work/loss.svg"
 test ! -e "$work/loss.svg.tmp"
+# A shard truncated in place while train_gpt reads it (Note [Shards changed under a run]): exit 1
+# with one error naming the file, the byte offset and the step; it used to die by SIGBUS (135).
+mkdir -p "$work/cut" && cp "$work/data/train_000000.bin" "$work/cut/"
+"$bin/train_gpt" --train "$work/cut/train_*.bin" "${tiny_gpt[@]:2}" --steps 100000 --warmup-steps 3 --log-every 1 \
+  >"$work/cut.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do grep -q "^step *3/" "$work/cut.out" && break; sleep 0.05; done
+truncate -s 1224 "$work/cut/train_000000.bin"  # the header and 100 of its 180000 tokens left
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" = 1 ] || { echo "train_gpt on a truncated shard: exit status $rc, expected 1"; tail -3 "$work/cut.out"; exit 1; }
+grep -q "train_gpt: token shard .*cut/train_000000.bin: reading tokens .* at byte offset .*the file has 1224 bytes now.*(train_gpt step [0-9]*)" \
+  "$work/cut.out" || { echo "train_gpt on a truncated shard: no named error"; tail -3 "$work/cut.out"; exit 1; }
