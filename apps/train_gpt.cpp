@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -21,6 +20,7 @@
 #include "common/job.h"
 #include "common/parallel_flags.h"
 #include "common/profiling.h"
+#include "common/text_file.h"
 #include "gpt/mfu.h"
 #include "gpt/model_flags.h"
 #include "gpt/report.h"
@@ -174,11 +174,11 @@ int run(Args a) {
       apps::with_parallel_flags(dist::TrainerOptions(), a.parallel)
           .grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)
           .log_every(0)  // train_gpt asks for the loss itself (sync_loss)
-          .checkpoint_cursor([&] { return train_loader.cursor(); })
           .fsdp(dist::FSDPOptions().wrap({"GPTBlock"}))  // --sharding full's units
           .cuda_graph(a.cuda_graph);
-  if (!a.checkpoint_dir.empty())
-    topts.checkpoint_dir(a.checkpoint_dir).checkpoint_every(static_cast<int>(a.checkpoint_every));
+  // The loop saves the --checkpoint-every checkpoints itself (Note [Metrics before the checkpoint]);
+  // the trainer's directory is where prune_checkpoints keeps the last ones.
+  if (!a.checkpoint_dir.empty()) topts.checkpoint_dir(a.checkpoint_dir);
   dist::Trainer trainer(model, optimizer, job.group, topts,
                         optim::warmup_cosine_schedule(optim::WarmupCosineOptions(a.warmup_steps, a.steps)
                                                           .min_factor(a.min_lr / a.lr)));
@@ -191,7 +191,8 @@ int run(Args a) {
   }
   if (job.main() && !a.checkpoint_dir.empty()) {
     std::filesystem::create_directories(a.checkpoint_dir);
-    std::ofstream(std::filesystem::path(a.checkpoint_dir) / "config.json") << config.to_json(2) << "\n";
+    apps::write_text_file((std::filesystem::path(a.checkpoint_dir) / "config.json").string(), config.to_json(2) + "\n",
+                          "the model config");
   }
 
   const int64_t non_embedding = model->num_parameters(/*non_embedding=*/true);
@@ -269,6 +270,15 @@ int run(Args a) {
     if (val_loader && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps)) {
       if (trainer.fsdp()) trainer.sync_buffers();  // FSDP: gathers the root unit the forward reads first
       report.eval(step + 1, apps::validation_loss(*model, *val_loader, eval_batches, amp, device, job.group));
+    }
+    // Note [Metrics before the checkpoint]: step N's metrics lines are written before step N's
+    // checkpoint, so a run killed between the two resumes from the checkpoint before and logs step N
+    // again; the other order (the trainer saving inside step()) left step N out of the metrics file
+    // for good (4 of 52 kill -9s in #51).
+    if (!a.checkpoint_dir.empty() && a.checkpoint_every > 0 && trainer.global_step() % a.checkpoint_every == 0) {
+      trainer.save_checkpoint(dist::Trainer::checkpoint_path(a.checkpoint_dir, trainer.global_step()),
+                              train_loader.cursor());
+      trainer.prune_checkpoints();
     }
     if (trainer.global_step() < end_step && preemption.stop_requested(job.group.get(), step, preempt_every)) {
       preempted = true;

@@ -75,3 +75,12 @@ wait "$pid" || rc=$?
 [ "$rc" = 1 ] || { echo "train_gpt on a truncated shard: exit status $rc, expected 1"; tail -3 "$work/cut.out"; exit 1; }
 grep -q "train_gpt: token shard .*cut/train_000000.bin: reading tokens .* at byte offset .*the file has 1224 bytes now.*(train_gpt step [0-9]*)" \
   "$work/cut.out" || { echo "train_gpt on a truncated shard: no named error"; tail -3 "$work/cut.out"; exit 1; }
+# Note [Metrics before the checkpoint]: step 4's metrics line is on disk before step 4's checkpoint
+# is written. A save that fails at step 4 (a folder where its .tmp file goes) stands in for a kill
+# between the two: the run ends with step 4 in the metrics file (it used to be missing for good).
+mkdir -p "$work/order/step_4.safetensors.tmp"
+if "$bin/train_gpt" "${tiny_gpt[@]}" --steps 8 --warmup-steps 1 --log-every 1 --checkpoint-every 4 \
+    --checkpoint-dir "$work/order" --metrics "$work/order.jsonl" >"$work/order.out" 2>&1; then
+  echo "train_gpt saved step 4 into a folder"; exit 1
+fi
+grep -q '"step":4,' "$work/order.jsonl" || { echo "step 4's metrics line was not written before its checkpoint"; exit 1; }
