@@ -5,8 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
-#include <kiln/core/cuda/plan/layer_norm_variant.h>
 #include <kiln/core/error.h>
 
 namespace kiln::cuda {
@@ -65,8 +65,40 @@ AttentionBackend parse_attention_backend(const std::string& name);
 const char* attention_backend_name(AttentionBackend backend);  // "auto", "cudnn", "kiln"
 
 // ---- layer-norm kernel variant (KILN_LAYER_NORM_VARIANT) ----
-// The launch configuration of the CUDA layer-norm kernels (Note [Layer norm variants] in
-// core/cuda/plan/layer_norm_variant.h), for a run that times them (bench_cuda --sweep). The first
+// Note [Layer norm variants]
+// What is unknown about the layer-norm kernels until a GPU times them, each a field:
+// - vec_bytes: the width of each load and store, 16 (a 16-byte vector: 8 bf16, 4 f32), 8 (half
+//   that) or 0 (one element). Wider vectors need fewer instructions; narrower ones spread a short
+//   row over more threads. Vectors are used only where the row length and pointers allow
+//   (can_vectorize); elsewhere the kernels go element by element whatever the variant says.
+// - fwd_rows: the forward's launch: one warp per row (4 rows per block), one block per row, or
+//   automatic (a warp up to kWarpRowMax values, a block beyond: Note [Row launches]).
+// - bwd_blocks: the backward's blocks (each sums its rows' dγ/dβ partials, a second kernel adds
+//   the partials): more blocks, more parallel rows, more partials to add.
+// - bwd_partials: where a block keeps its partials while it runs: shared memory (when they fit in
+//   46 KiB) or global memory.
+// Every variant computes the same sums in the same order per row: the forward's output, mean and
+// rstd do not depend on the variant except through the warp/block reduction tree, and the
+// backward's per-row sums likewise; dγ/dβ add the same rows in a different grouping. The GPU test
+// compares every sweep candidate (core/cuda/plan/layer_norm_variant.h) with the CPU.
+struct LayerNormVariant {
+  enum class Rows { automatic, warp, block };
+  enum class Partials { automatic, shared, global };
+  int vec_bytes = 16;
+  Rows fwd_rows = Rows::automatic;
+  int64_t bwd_blocks = 1024;  // rowwise::kMaxPartials (core/cuda/plan/row_math.h)
+  Partials bwd_partials = Partials::automatic;
+  bool operator==(const LayerNormVariant&) const = default;
+};
+
+// The name layer_norm_variant_name prints, e.g. "vec=16,fwd=auto,bwd_blocks=1024,partials=auto".
+std::string layer_norm_variant_name(const LayerNormVariant& variant);
+// "" or "default": the defaults. Otherwise comma-separated key=value pairs, any subset, in any
+// order: vec=16|8|0, fwd=auto|warp|block, bwd_blocks=1..65535, partials=auto|shared|global.
+// Anything else is a ValueError naming the text and the choices.
+LayerNormVariant parse_layer_norm_variant(std::string_view text);
+// The launch configuration of the CUDA layer-norm kernels, for a run that times them
+// (bench_cuda --sweep). The first
 // call reads KILN_LAYER_NORM_VARIANT (e.g. vec=8,fwd=block; unset: the defaults) unless
 // set_layer_norm_variant came first; a bad value throws ValueError from every call until the
 // setter is used. Every variant gives the same results to rounding.

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <sstream>
+#include <string>
 
 #include <kiln/cuda.h>
 
@@ -58,6 +60,64 @@ AttentionBackend attention_backend() {
 }
 
 void set_attention_backend(AttentionBackend backend) { g_attention.store(static_cast<int>(backend)); }
+
+std::string layer_norm_variant_name(const LayerNormVariant& v) {
+  auto rows = [](LayerNormVariant::Rows r) {
+    return r == LayerNormVariant::Rows::warp ? "warp" : r == LayerNormVariant::Rows::block ? "block" : "auto";
+  };
+  auto parts = [](LayerNormVariant::Partials p) {
+    return p == LayerNormVariant::Partials::shared ? "shared" : p == LayerNormVariant::Partials::global ? "global" : "auto";
+  };
+  std::ostringstream os;
+  os << "vec=" << v.vec_bytes << ",fwd=" << rows(v.fwd_rows) << ",bwd_blocks=" << v.bwd_blocks
+     << ",partials=" << parts(v.bwd_partials);
+  return os.str();
+}
+
+LayerNormVariant parse_layer_norm_variant(std::string_view text) {
+  LayerNormVariant v;
+  if (text.empty() || text == "default") return v;
+  const std::string all(text);
+  auto bad = [&](std::string_view why) {
+    KILN_FAIL_VALUE("KILN_LAYER_NORM_VARIANT '", all, "': ", why, " (expected e.g. vec=16,fwd=auto,bwd_blocks=1024,",
+                    "partials=auto; vec 16|8|0, fwd auto|warp|block, bwd_blocks 1..65535, partials auto|shared|global)");
+  };
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) bad("'" + std::string(item) + "' is not key=value");
+    const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "vec") {
+      if (value == "16") v.vec_bytes = 16;
+      else if (value == "8") v.vec_bytes = 8;
+      else if (value == "0") v.vec_bytes = 0;
+      else bad("vec must be 16, 8 or 0 (bytes per access; 0: one element)");
+    } else if (key == "fwd") {
+      if (value == "auto") v.fwd_rows = LayerNormVariant::Rows::automatic;
+      else if (value == "warp") v.fwd_rows = LayerNormVariant::Rows::warp;
+      else if (value == "block") v.fwd_rows = LayerNormVariant::Rows::block;
+      else bad("fwd must be auto, warp or block");
+    } else if (key == "bwd_blocks") {
+      int64_t b = 0;
+      for (char c : value) {
+        if (c < '0' || c > '9' || b > 65535) bad("bwd_blocks must be a number in 1..65535");
+        b = b * 10 + (c - '0');
+      }
+      if (value.empty() || b < 1 || b > 65535) bad("bwd_blocks must be a number in 1..65535");
+      v.bwd_blocks = b;
+    } else if (key == "partials") {
+      if (value == "auto") v.bwd_partials = LayerNormVariant::Partials::automatic;
+      else if (value == "shared") v.bwd_partials = LayerNormVariant::Partials::shared;
+      else if (value == "global") v.bwd_partials = LayerNormVariant::Partials::global;
+      else bad("partials must be auto, shared or global");
+    } else {
+      bad("unknown key '" + std::string(key) + "'");
+    }
+  }
+  return v;
+}
 
 LayerNormVariant layer_norm_variant() {
   std::lock_guard<std::mutex> lock(g_layer_norm_mutex);
