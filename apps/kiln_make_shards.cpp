@@ -21,6 +21,7 @@
 #include <kiln/kiln.h>
 
 #include "common/app_main.h"
+#include "common/text_file.h"
 
 using namespace kiln;
 using namespace kiln::data;
@@ -164,11 +165,11 @@ int main(int argc, char** argv) {
     fs::remove(synthetic ? unigram_path : floor_path);  // a file left by an earlier run of the other kind would be wrong
     if (synthetic) {
       // First token: the floor in nats/token (train_gpt reads it); the rest says where it came from.
-      std::ofstream floor_file(floor_path);
-      floor_file << std::setprecision(17) << corpus->entropy_floor() << std::setprecision(6)
+      std::ostringstream floor_text;
+      floor_text << std::setprecision(17) << corpus->entropy_floor() << std::setprecision(6)
                  << " nats/token: entropy floor of the synthetic corpus (kiln-make-shards --vocab " << vocab
                  << " --noise " << noise << " --seed " << seed << ")\n";
-      KILN_CHECK(floor_file.good(), "cannot write ", floor_path.string());
+      apps::write_text_file(floor_path.string(), floor_text.str(), "the entropy floor");
       std::printf("vocab %lld; entropy floor %.6f nats/token (uniform: %.6f)\n", static_cast<long long>(vocab),
                   corpus->entropy_floor(), std::log(double(vocab)));
       return 0;
@@ -182,11 +183,11 @@ int main(int argc, char** argv) {
       val.insert(val.end(), shard.tokens().begin(), shard.tokens().end());
     }
     const double h = unigram_entropy(val);
-    std::ofstream unigram_file(unigram_path);
-    unigram_file << std::setprecision(17) << h << std::setprecision(6)
+    std::ostringstream unigram_text;
+    unigram_text << std::setprecision(17) << h << std::setprecision(6)
                  << " nats/token: unigram entropy of the val tokens (" << val.size() << " tokens, --tokenizer "
                  << tokenizer << ")\n";
-    KILN_CHECK(unigram_file.good(), "cannot write ", unigram_path.string());
+    apps::write_text_file(unigram_path.string(), unigram_text.str(), "the unigram entropy");
     std::printf("%s tokens from %zu file(s), vocab %d; val unigram entropy %.4f nats/token\n", tokenizer.c_str(),
                 files.size(), tokenizer == "gpt2" ? 50257 : 256, h);
     return 0;
