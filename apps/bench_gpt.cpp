@@ -38,6 +38,7 @@
 #include "gpt/bench_sides.h"
 #include "gpt/bench_step.h"
 #include "gpt/bench_tables.h"
+#include "gpt/memory_plan.h"
 #include "gpt/mfu.h"
 #include "gpt/model_flags.h"
 
@@ -66,12 +67,14 @@ struct Args {
   int world = 2;
   double peak_flops = 0;
   apps::ProfileFlags profile;
+  apps::MemoryPlanFlags plan;  // --estimate-memory --sharding: the policy
 };
 
 // --sharding: each mode on a.world forked CPU ranks, DDP (none) first as the reference row.
 int run_sharding(const Args& a) {
   KILN_CHECK(a.device == "cpu", "--sharding runs forked CPU ranks (Gloo); GPU rows need one process per GPU "
-             "under kiln-run (train_gpt --sharding)");
+             "under kiln-run (train_gpt --sharding), or --estimate-memory for the planner's");
+  KILN_CHECK(a.world <= 16, "--sharding forks --world CPU ranks: at most 16, got ", a.world);
   apps::ShardingBenchOptions o;
   const apps::BenchConfig bc = apps::named_config(a.config.empty() ? "gpt-tiny" : a.config);
   o.config = bc.config;
@@ -90,32 +93,6 @@ int run_sharding(const Args& a) {
   return 0;
 }
 
-// The formula of models/gpt_memory.h for one row.
-models::GPTMemoryEstimate estimate_row(const apps::BenchRow& r, bool cuda, DType amp, models::GPTRecompute recompute,
-                                       bool fused) {
-  const int64_t d = r.bc.config.n_embd / r.bc.config.n_head;
-  return models::estimate_gpt_training_memory(
-      r.bc.config, r.b, r.t,
-      models::GPTMemoryOptions{amp != DType::f32, cuda && amp != DType::f32 && (d == 64 || d == 128), recompute, fused});
-}
-
-// --estimate-memory: the formula for each config, without running anything (no device needed:
-// "what would this take on that GPU?").
-void print_memory_formula(const std::vector<apps::BenchRow>& rows, bool cuda, DType amp, models::GPTRecompute recompute,
-                          models::GPTFusedHead fused_head) {
-  const bool fused = models::uses_fused_head(fused_head, cuda ? Device::cuda(0) : Device::cpu());
-  for (const apps::BenchRow& r : rows) {
-    const models::GPTMemoryEstimate est = estimate_row(r, cuda, amp, recompute, fused);
-    const double g = double(int64_t(1) << 30);
-    std::printf("%s B=%lld T=%lld recompute %s, head %s: memory formula %.2f GiB after forward (weights+AdamW %.2f, "
-                "16-bit weight copies %.2f, activations %.2f, head %.2f), peak %.2f GiB with gradients and "
-                "transients\n",
-                r.bc.name.c_str(), (long long)r.b, (long long)r.t, models::gpt_recompute_name(recompute),
-                fused ? "chunked" : "whole logits", est.after_forward() / g, (est.parameters + est.optimizer) / g,
-                est.weight_copies / g, est.activations / g, est.head / g, est.peak() / g);
-  }
-}
-
 // --json: every row's sides as the table prints them, with the formula's peak, for scripts
 // (scripts/gpu_pending.py) that must not parse the table.
 void write_sides_json(const std::string& path, const std::vector<apps::BenchRow>& rows, bool cuda, DType amp,
@@ -128,7 +105,8 @@ void write_sides_json(const std::string& path, const std::vector<apps::BenchRow>
       sides.push_back({{"side", s.name}, {"ran", s.ran}, {"ms", s.ran ? s.seconds * 1e3 : 0.0},
                        {"peak_bytes", s.peak_bytes}, {"error", s.error}});
     out.push_back({{"config", r.bc.name}, {"batch", r.b}, {"seq", r.t},
-                   {"formula_peak_bytes", estimate_row(r, cuda, amp, recompute, fused).peak()}, {"sides", sides}});
+                   {"formula_peak_bytes", models::estimate_gpt_training_memory(r.bc.config, r.b, r.t,
+                        apps::gpt_memory_options(r.bc.config, cuda, amp, recompute, fused)).peak()}, {"sides", sides}});
   }
   std::ofstream f(path);
   KILN_CHECK_IO(f.good(), "bench_gpt --json: cannot write ", path);
@@ -137,7 +115,7 @@ void write_sides_json(const std::string& path, const std::vector<apps::BenchRow>
 }
 
 int run(Args a) {
-  if (!a.sharding.empty()) return run_sharding(a);
+  if (!a.sharding.empty() && !a.estimate_memory) return run_sharding(a);
   const bool cuda = a.device == "cuda";
   if (a.estimate_memory) {
     std::vector<apps::BenchRow> rows;
@@ -145,8 +123,17 @@ int run(Args a) {
          a.config.empty() ? apps::default_configs(cuda) : std::vector{apps::named_config(a.config)})
       rows.push_back(apps::BenchRow{bc, a.batch > 0 ? a.batch : bc.batch, a.seq > 0 ? a.seq : bc.seq, {}});
     const std::string dtype = a.dtype.empty() ? (cuda ? "bf16" : "f32") : a.dtype;
-    print_memory_formula(rows, cuda, dtype == "bf16" ? DType::bf16 : DType::f32, apps::parse_recompute_flag(a.recompute),
-                         apps::parse_fused_head(a.fused_head));
+    const DType amp = dtype == "bf16" ? DType::bf16 : DType::f32;
+    const auto recompute = apps::parse_recompute_flag(a.recompute);
+    if (a.sharding.empty()) {
+      apps::print_memory_formula(rows, cuda, amp, recompute, apps::parse_fused_head(a.fused_head));
+      return 0;
+    }
+    std::vector<dist::Sharding> modes;
+    for (const std::string& m : a.sharding) modes.push_back(dist::parse_sharding(m));
+    apps::print_memory_plan(rows, cuda, amp, recompute, apps::parse_fused_head(a.fused_head), modes,
+                            dist::MemoryPlanOptions().world_size(a.world).mixed_precision(apps::parse_policy(a.plan))
+                                .gradient_as_bucket_view(a.bucket_view));
     return 0;
   }
   KILN_CHECK(!cuda || cuda::is_available(), "--device cuda: no usable CUDA device (", cuda::build_info(),
@@ -276,7 +263,7 @@ int run(Args a) {
   if (a.ddp_overhead) apps::print_ddp_overhead_table(rows, kDdpOverheadGoal);
   else apps::print_sides_table(rows, peak);
   // The formula next to the measurement (models/gpt_memory.h): Kiln's peak above is the allocator's.
-  print_memory_formula(rows, cuda, amp, recompute, fused_head);
+  apps::print_memory_formula(rows, cuda, amp, recompute, fused_head);
   if (!a.json.empty()) write_sides_json(a.json, rows, cuda, amp, recompute, fused_head);
   return 0;
 }
@@ -318,7 +305,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", a.json, "also write the side-by-side table (ms/step, peak bytes, the memory formula's peak) "
                  "as JSON to this file");
   app.add_flag("--estimate-memory", a.estimate_memory, "print the memory formula (models/gpt_memory.h) for the configs, "
-               "device, dtype, --recompute and --fused-head given, and run nothing (no device needed)");
+               "device, dtype, --recompute and --fused-head given, and run nothing (no device needed); with --sharding "
+               "MODE[,MODE] --world N, each rank's memory by term in those modes (parallel/memory_plan.h)");
+  apps::add_memory_plan_flags(app, a.plan);
   // MFU still counts the model's FLOPs only under --recompute.
   apps::add_memory_flags(app, a.recompute, a.fused_head,
                          " on both sides (GPT::set_recompute; torch.utils.checkpoint in PyTorch)");
@@ -333,7 +322,8 @@ int main(int argc, char** argv) {
   app.add_option("--sharding", a.sharding, "Kiln only: time the Trainer's step in these sharding modes (none = DDP, "
                  "zero1, zero2, full = FSDP with a unit per block) on --world forked CPU ranks, e.g. --sharding none,zero1,zero2 (default config "
                  "gpt-tiny, B=4 T=64 per rank)")->delimiter(',')->check(CLI::IsMember({"none", "zero1", "zero2", "full"}));
-  app.add_option("--world", a.world, "ranks for --sharding")->check(CLI::Range(1, 16))->capture_default_str();
-  app.add_flag("--bucket-view", a.bucket_view, "with --ddp-overhead: DDPOptions().gradient_as_bucket_view(true)");
+  app.add_option("--world", a.world, "ranks for --sharding (forked: at most 16; with --estimate-memory: any)")->check(CLI::Range(1, 65536))->capture_default_str();
+  app.add_flag("--bucket-view", a.bucket_view, "with --ddp-overhead or --estimate-memory --sharding: "
+               "DDPOptions().gradient_as_bucket_view(true)");
   return apps::run_main(app, argc, argv, apps::AppMainOptions("bench_gpt"), [&] { return run(a); });
 }

@@ -1,5 +1,6 @@
 // The memory formula of a GPT training step (gpt_memory.h). Per token and layer, with e = 4 (f32
-// parameters and residual stream) and l = 2 under autocast (else l = 4), what the graph saves:
+// parameters and residual stream; 2 with 16-bit parameters) and l = 2 under autocast or with 16-bit
+// parameters (else l = 4), what the graph saves:
 //   ln_1 input e*C (+ 8: mean, rstd)   ln_1 output in l (c_attn's input)  l*C
 //   q, k, v (views of c_attn's output) 3*l*C
 //   attention: flash O + row lse l*C + 4*H; composed (CPU) probabilities l*H*T
@@ -23,7 +24,10 @@ GPTMemoryEstimate estimate_gpt_training_memory(const GPTConfig& config, int64_t 
   config.validate();
   const int64_t n = batch * seq, c = config.n_embd, h = config.n_head, layers = config.n_layer, t = seq;
   const int64_t v = config.padded_vocab_size, vocab = config.vocab_size;
-  const int64_t e = 4, l = o.autocast ? 2 : 4;
+  // e: the parameters and the residual stream; l: what the GEMMs make (16-bit under autocast or with
+  // 16-bit parameters). copies: autocast keeps 16-bit casts of f32 weights (none of 16-bit ones).
+  const int64_t e = int64_t(dtype_size(o.param_dtype)), l = o.autocast || e == 2 ? 2 : 4;
+  const bool copies = o.autocast && e == 4;
   const int64_t p = GPT::count_parameters(config);
   const int64_t bias = config.bias ? 1 : 0;
   const int64_t attn_gemm_params = 4 * c * c + bias * 4 * c;  // c_attn, attn.c_proj
@@ -31,9 +35,9 @@ GPTMemoryEstimate estimate_gpt_training_memory(const GPTConfig& config, int64_t 
   const int64_t block_gemm_params = attn_gemm_params + mlp_gemm_params;
 
   GPTMemoryEstimate m;
-  m.parameters = 4 * p;
-  m.optimizer = 8 * p;
-  m.gradients = 4 * p;
+  m.parameters = e * p;
+  m.optimizer = 8 * p + (e == 2 ? 4 * p : 0);
+  m.gradients = e * p;
 
   // Per token, per layer.
   const int64_t attention_extra = o.flash_attention ? l * c + 4 * h : l * h * t;
@@ -41,7 +45,7 @@ GPTMemoryEstimate estimate_gpt_training_memory(const GPTConfig& config, int64_t 
   const int64_t mlp_half = e * c + 8 + l * c + 4 * l * c;                             // ln_2 .. c_fc's output
   int64_t per_layer = attn_half + mlp_half;
   int64_t recompute_transient = 0;  // the piece re-run in backward, alive with its own activations
-  const int64_t block_copies = o.autocast ? l * block_gemm_params : 0;
+  const int64_t block_copies = copies ? l * block_gemm_params : 0;
   switch (o.recompute) {
     case GPTRecompute::none: break;
     case GPTRecompute::block:
@@ -50,16 +54,16 @@ GPTMemoryEstimate estimate_gpt_training_memory(const GPTConfig& config, int64_t 
       break;
     case GPTRecompute::attention:
       per_layer = e * c + mlp_half;
-      recompute_transient = attn_half * n + (o.autocast ? l * attn_gemm_params : 0);
+      recompute_transient = attn_half * n + (copies ? l * attn_gemm_params : 0);
       break;
     case GPTRecompute::mlp:
       per_layer = attn_half + e * c;
-      recompute_transient = mlp_half * n + (o.autocast ? l * mlp_gemm_params : 0);
+      recompute_transient = mlp_half * n + (copies ? l * mlp_gemm_params : 0);
       break;
   }
   m.activations = per_layer * n * layers + 8 * n + 8 * t;  // + the token ids and positions the embeddings keep
   // Autocast's copies stay as long as a saved product needs them; a checkpointed piece's do not.
-  if (o.autocast) {
+  if (copies) {
     const int64_t kept = o.recompute == GPTRecompute::block       ? 0
                          : o.recompute == GPTRecompute::attention ? mlp_gemm_params
                          : o.recompute == GPTRecompute::mlp       ? attn_gemm_params
@@ -70,23 +74,55 @@ GPTMemoryEstimate estimate_gpt_training_memory(const GPTConfig& config, int64_t 
   // The head: ln_f's input, then either the whole logits or the chunked head's dx and dW.
   const int64_t ln_f = (e * c + 8) * n;
   if (o.fused_head) {
-    m.head = ln_f + l * c * n + 4 * v * c;  // dx (N, C) in l, dW (V, C) f32
-    // Its backward scales both into f32: dx in f32 twice (the cast, the product) and a new dW.
-    m.head_transient = 8 * c * n + 4 * v * c;
+    m.head = ln_f + l * c * n + e * v * c;  // dx (N, C) in l, dW (V, C) in e
+    // Its backward scales both into e: dx twice (the cast, the product) and a new dW.
+    m.head_transient = 2 * e * c * n + e * v * c;
   } else {
-    const int64_t copy = o.autocast ? l * v * c : 0;  // the head weight's 16-bit copy, kept by the product
+    const int64_t copy = copies ? l * v * c : 0;  // the head weight's 16-bit copy, kept by the product
     m.head = ln_f + l * c * n + l * v * n + 4 * n + copy;  // ln_f's output, logits (N, V), lse
     // dlogits, the padded slice's zero-filled copy when V is padded, dx, and dW in l then in f32.
-    m.head_transient = l * vocab * n + (v != vocab ? l * v * n : 0) + l * c * n + (l + 4) * v * c;
+    m.head_transient = l * vocab * n + (v != vocab ? l * v * n : 0) + l * c * n + (l + (e != l ? e : 0)) * v * c;
   }
   // One block's backward, net of the activations it frees as it goes: the residual's gradient and its
   // layer norm's (e*C each), the MLP's 4C-wide gradient (4*l*C) and the composed attention's (T, T)
   // gradient, plus what recompute re-runs (all of it fresh).
   const int64_t attention_transient = o.flash_attention ? 0 : l * h * t;
-  const int64_t block_transient = (2 * e * c + 4 * l * c + attention_transient) * n + recompute_transient;
-  m.transient = std::max(m.head_transient, block_transient);
+  m.block_transient = (2 * e * c + 4 * l * c + attention_transient) * n + recompute_transient;
+  m.transient = std::max(m.head_transient, m.block_transient);
   m.end_transient = 2 * e * c * n;  // the embedding sum's gradient and the first block's input's
   return m;
+}
+
+GPTParameterLayout gpt_parameter_layout(const GPTConfig& config) {
+  config.validate();
+  const int64_t c = config.n_embd;
+  const bool bias = config.bias;
+  GPTParameterLayout out;
+  auto add = [&](int64_t numel) { out.numels.push_back(numel); };
+  auto linear = [&](int64_t in, int64_t features) {  // weight (features, in), bias (features)
+    add(features * in);
+    if (bias) add(features);
+  };
+  auto layer_norm = [&] {
+    add(c);
+    if (bias) add(c);
+  };
+  add(config.padded_vocab_size * c);  // wte (also the head)
+  add(config.block_size * c);         // wpe
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    const size_t first = out.numels.size();
+    layer_norm();         // ln_1
+    linear(c, 3 * c);     // attn.c_attn
+    linear(c, c);         // attn.c_proj
+    layer_norm();         // ln_2
+    linear(c, 4 * c);     // mlp.c_fc
+    linear(4 * c, c);     // mlp.c_proj
+    std::vector<size_t> block;
+    for (size_t k = first; k < out.numels.size(); ++k) block.push_back(k);
+    out.blocks.push_back(std::move(block));
+  }
+  layer_norm();  // ln_f
+  return out;
 }
 
 }  // namespace kiln::models

@@ -1,0 +1,113 @@
+// The memory planner (parallel/memory_plan.h) against the CPU allocator on forked ranks: a small GPT
+// trained by dist::Trainer at world 2-4 in every sharding mode (none, zero1, zero2, full with a unit per
+// block), f32 and bf16 autocast (today's policy), AdamW. Each rank's live bytes after the third step
+// are within 10% of the plan's after_step(), and the third step's peak within 20% of its peak().
+// The plan is built from the live model's parameters and the GPT step formula (models/gpt_memory.h).
+// Prints the measured and planned bytes per parameter (docs/sharding.md "The memory planner").
+#include <cmath>
+#include <cstdio>
+
+#include <kiln/core/cpu_allocator.h>
+#include <kiln/models/gpt_memory.h>
+#include <kiln/parallel/memory_plan.h>
+#include <kiln/parallel/trainer.h>
+
+#include "parallel/ddp_fixtures.h"
+
+using namespace kiln;
+using namespace kiln::test;
+using dist::Sharding;
+
+namespace {
+
+constexpr int64_t kBatch = 4, kSeq = 64;  // per rank
+
+// 2 layers, 4 heads, 64 dims, context 64, vocab 256: 121k parameters, so every buffer stays under the
+// CPU allocator's 1 MiB size classes (above them a block rounds up by as much as 1/8).
+models::GPTConfig small_gpt() {
+  models::GPTConfig c = models::gpt_config("gpt-tiny");
+  c.n_layer = 2;
+  c.n_embd = 64;
+  c.block_size = 64;
+  return c;
+}
+
+struct Bytes {
+  double after_step = 0, peak = 0;
+  dist::MemoryPlan plan;  // from the live model's parameters
+};
+
+dist::MemoryPlan plan(const models::GPT& model, const models::GPTConfig& c, Sharding mode, DType amp, int world);
+
+// Three Trainer steps on this rank; the live bytes after the third and its peak, above what was
+// alive before the model was made.
+Bytes measure(dist::ProcessGroup& pg, Sharding mode, DType amp, const models::GPTConfig& c) {
+  set_num_threads(1);  // up to four ranks on two cores
+  Generator g(1 + uint64_t(pg.rank()));
+  Tensor idx = randint(0, c.vocab_size, {kBatch, kSeq}, g);
+  Tensor targets = randint(0, c.vocab_size, {kBatch, kSeq}, g);
+  const double baseline = double(cpu_allocator_stats().allocated_bytes);
+  Bytes out;
+  auto model = std::make_shared<models::GPT>(models::GPTOptions(c).seed(5));
+  auto opt = std::make_shared<optim::AdamW>(model->parameters(), optim::AdamWOptions(3e-4).weight_decay(0.1));
+  dist::Trainer trainer(model, opt, test::borrow(pg),
+                        dist::TrainerOptions().sharding(mode).amp(amp).log_every(0)
+                            .fsdp(dist::FSDPOptions().wrap({"GPTBlock"})));
+  out.plan = plan(*model, c, mode, amp, pg.size());
+  auto step = [&] { trainer.step([&](int) { return model->loss(idx, targets); }); };
+  step();  // AdamW's state, DDP's bucket rebuild
+  step();
+  cpu_reset_peak_stats();
+  step();
+  out.after_step = double(cpu_allocator_stats().allocated_bytes) - baseline;
+  out.peak = double(cpu_allocator_stats().peak_allocated_bytes) - baseline;
+  return out;
+}
+
+dist::MemoryPlan plan(const models::GPT& model, const models::GPTConfig& c, Sharding mode, DType amp, int world) {
+  models::GPTMemoryOptions o;
+  o.autocast = amp != DType::f32;
+  o.fused_head = models::uses_fused_head(models::GPTFusedHead::automatic, Device::cpu());
+  const models::GPTMemoryEstimate est = models::estimate_gpt_training_memory(c, kBatch, kSeq, o);
+  dist::MemoryPlanModel m;
+  for (const Tensor& p : model.parameters()) m.param_numels.push_back(p.numel());
+  m.units = models::gpt_parameter_layout(c).blocks;
+  m.step = {est.activations, est.weight_copies, est.head, est.head_transient, est.block_transient, est.end_transient};
+  return dist::plan_memory(m, dist::MemoryPlanOptions().sharding(mode).world_size(world));
+}
+
+void check_modes(std::initializer_list<Sharding> modes) {
+  // Nothing threaded runs in the parent before the fork (the ranks' thread pools would inherit a
+  // dead one): each rank plans from its own model.
+  const models::GPTConfig c = small_gpt();
+  const double params = double(models::GPT::count_parameters(c));
+  for (int n : {2, 3, 4})
+    for (DType amp : {DType::f32, DType::bf16})
+      for (Sharding mode : modes) {
+        CAPTURE(n);
+        run_ranks(n, [&](dist::ProcessGroup& pg) {
+          const Bytes got = measure(pg, mode, amp, c);
+          const dist::MemoryPlan& want = got.plan;
+          const std::string what = std::string(dist::sharding_name(mode)) + " " + dtype_name(amp) + " world " +
+                                   std::to_string(n) + " rank " + std::to_string(pg.rank()) + ": after a step " +
+                                   std::to_string(got.after_step / params) + " B/param (plan " +
+                                   std::to_string(double(want.after_step()) / params) + "), peak " +
+                                   std::to_string(got.peak / params) + " (plan " +
+                                   std::to_string(double(want.peak()) / params) + ")";
+          if (pg.rank() == 0) std::printf("%s\n", what.c_str());
+          expect(std::fabs(got.after_step - double(want.after_step())) <= 0.10 * double(want.after_step()),
+                 what + ": after a step beyond 10%");
+          expect(std::fabs(got.peak - double(want.peak())) <= 0.20 * double(want.peak()), what + ": peak beyond 20%");
+        });
+      }
+}
+
+}  // namespace
+
+TEST_CASE("the planner matches the allocator on forked ranks: DDP and ZeRO-1 at world 2-4, f32 and bf16") {
+  check_modes({Sharding::none, Sharding::zero1});
+}
+
+TEST_CASE("the planner matches the allocator on forked ranks: ZeRO-2 and FSDP at world 2-4, f32 and bf16") {
+  check_modes({Sharding::zero2, Sharding::full});
+}
