@@ -1,6 +1,6 @@
 // kiln/parallel: the Store, process groups (Gloo), init_process_group, DistributedDataParallel,
 // sharded data parallel (ZeRO-1/2, FSDP),
-// the data-parallel Trainer and the launcher logic behind kiln-run.
+// the data-parallel Trainer, the memory planner and the launcher logic behind kiln-run.
 #pragma once
 
 #include <kiln/parallel/checked_process_group.h>
@@ -16,6 +16,8 @@
 #include <kiln/parallel/init.h>
 #include <kiln/parallel/job_store.h>
 #include <kiln/parallel/launcher.h>
+#include <kiln/parallel/memory_plan.h>
+#include <kiln/parallel/mixed_precision_policy.h>
 #include <kiln/parallel/nccl_process_group.h>
 #include <kiln/parallel/powersgd_hook.h>
 #include <kiln/parallel/process_group.h>
