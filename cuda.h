@@ -11,8 +11,8 @@
 
 namespace kiln::cuda {
 
-// True when Kiln was compiled with CUDA. Op fronts branch on it (Note [One dispatch line]), so a
-// build without CUDA never references the CUDA launchers.
+// True when Kiln was compiled with CUDA. Op fronts branch on it (Note [One dispatch line] in
+// core/ops/backend.h, in the source tree), so a build without CUDA never references the CUDA launchers.
 #if KILN_WITH_CUDA
 inline constexpr bool kBuilt = true;
 #else
@@ -20,27 +20,27 @@ inline constexpr bool kBuilt = false;
 #endif
 
 // ---- devices (torch.cuda.device_count, is_available, set_device, synchronize) ----
-// Usable devices; 0 when built without CUDA or without a driver/GPU.
+/// Usable devices; 0 when built without CUDA or without a driver/GPU.
 int device_count();
 inline bool is_available() { return device_count() > 0; }
-// "CUDA runtime 13.0, cuBLASLt 13.x, cuDNN 9.x" or "built without CUDA".
+/// "CUDA runtime 13.0, cuBLASLt 13.x, cuDNN 9.x" or "built without CUDA".
 std::string build_info();
 int current_device();
 void set_device(int device);
-void synchronize(int device = -1);  // blocks until the whole device (-1: the current one) is idle
-// Whether this thread is capturing a CUDA graph now (torch.cuda.is_current_stream_capturing; Note
-// [CUDA graphs] in core/cuda/runtime/graph.h); always false without CUDA.
+void synchronize(int device = -1);  ///< blocks until the whole device (-1: the current one) is idle
+/// Whether this thread is capturing a CUDA graph now (torch.cuda.is_current_stream_capturing; Note
+/// [CUDA graphs] in core/cuda/runtime/graph.h, in the source tree); always false without CUDA.
 bool is_capturing();
 
 // ---- math switches, read at each call; defaults are torch's ----
-// TF32 for f32 matrix products (torch.backends.cuda.matmul.allow_tf32, default false): inputs
-// rounded to 10-bit mantissas on the tensor cores, accumulated in f32.
+/// TF32 for f32 matrix products (torch.backends.cuda.matmul.allow_tf32, default false): inputs
+/// rounded to 10-bit mantissas on the tensor cores, accumulated in f32.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
-// cuDNN convolutions (torch.backends.cudnn.*). benchmark (false): true times every algorithm on
-// the first call with a shape (a device sync) instead of cuDNN's heuristics. deterministic
-// (false): only algorithms cuDNN reports as deterministic. allow_tf32 (true): f32 convolutions
-// may use TF32 tensor cores.
+/// cuDNN convolutions (torch.backends.cudnn.*). benchmark (false): true times every algorithm on
+/// the first call with a shape (a device sync) instead of cuDNN's heuristics. deterministic
+/// (false): only algorithms cuDNN reports as deterministic. allow_tf32 (true): f32 convolutions
+/// may use TF32 tensor cores.
 bool cudnn_benchmark();
 void set_cudnn_benchmark(bool on);
 bool cudnn_deterministic();
@@ -49,101 +49,103 @@ bool cudnn_allow_tf32();
 void set_cudnn_allow_tf32(bool on);
 
 // ---- attention kernels (KILN_ATTENTION) ----
-// Which fused kernels run scaled_dot_product_attention on CUDA (Note [Attention kernel choice] in
-// core/cuda/kernels/fused_attention.cpp). kiln: Kiln's flash kernels. cudnn: cuDNN's fused flash
-// attention, and an error naming why where cuDNN cannot take the case. automatic: cuDNN where it
-// has an engine, Kiln's kernels elsewhere -- for now Kiln's kernels everywhere, until a GPU run has
-// proven cuDNN's path. Under set_cudnn_deterministic(true), automatic takes Kiln's kernels (cuDNN's
-// backward adds dQ with atomics) and cudnn is an error. CPU attention ignores the switch.
+/// Which fused kernels run scaled_dot_product_attention on CUDA (Note [Attention kernel choice] in
+/// core/cuda/kernels/fused_attention.cpp, in the source tree). kiln: Kiln's flash kernels. cudnn: cuDNN's
+/// fused flash attention, and an error naming why where cuDNN cannot take the case. automatic: cuDNN where it
+/// has an engine, Kiln's kernels elsewhere -- for now Kiln's kernels everywhere, until a GPU run has proven
+/// cuDNN's path. Under set_cudnn_deterministic(true), automatic takes Kiln's kernels (cuDNN's backward adds
+/// dQ with atomics) and cudnn is an error. CPU attention ignores the switch.
 enum class AttentionBackend { automatic, cudnn, kiln };
-// The first call reads KILN_ATTENTION (auto | cudnn | kiln; unset: auto) unless set_attention_backend
-// came first; a bad value throws from every call until the setter is used.
+/// The first call reads KILN_ATTENTION (auto | cudnn | kiln; unset: auto) unless set_attention_backend
+/// came first; a bad value throws from every call until the setter is used.
 AttentionBackend attention_backend();
 void set_attention_backend(AttentionBackend backend);
-// "auto" | "cudnn" | "kiln" to the enum; anything else throws naming the value and the choices.
+/// "auto" | "cudnn" | "kiln" to the enum; anything else throws naming the value and the choices.
 AttentionBackend parse_attention_backend(const std::string& name);
-const char* attention_backend_name(AttentionBackend backend);  // "auto", "cudnn", "kiln"
+const char* attention_backend_name(AttentionBackend backend);  ///< "auto", "cudnn", "kiln"
 
 // ---- layer-norm kernel variant (KILN_LAYER_NORM_VARIANT) ----
-// Note [Layer norm variants]
-// What is unknown about the layer-norm kernels until a GPU times them, each a field:
-// - vec_bytes: the width of each load and store, 16 (a 16-byte vector: 8 bf16, 4 f32), 8 (half
-//   that) or 0 (one element). Wider vectors need fewer instructions; narrower ones spread a short
-//   row over more threads. Vectors are used only where the row length and pointers allow
-//   (can_vectorize); elsewhere the kernels go element by element whatever the variant says.
-// - fwd_rows: the forward's launch: one warp per row (4 rows per block), one block per row, or
-//   automatic (a warp up to kWarpRowMax values, a block beyond: Note [Row launches]).
-// - bwd_blocks: the backward's blocks (each sums its rows' dγ/dβ partials, a second kernel adds
-//   the partials): more blocks, more parallel rows, more partials to add.
-// - bwd_partials: where a block keeps its partials while it runs: shared memory (when they fit in
-//   46 KiB) or global memory.
-// Every variant computes the same sums in the same order per row: the forward's output, mean and
-// rstd do not depend on the variant except through the warp/block reduction tree, and the
-// backward's per-row sums likewise; dγ/dβ add the same rows in a different grouping. The GPU test
-// compares every sweep candidate (core/cuda/plan/layer_norm_variant.h) with the CPU.
+/// Note [Layer norm variants]
+/// What is unknown about the layer-norm kernels until a GPU times them, each a field:
+/// - vec_bytes: the width of each load and store, 16 (a 16-byte vector: 8 bf16, 4 f32), 8 (half
+///   that) or 0 (one element). Wider vectors need fewer instructions; narrower ones spread a short
+///   row over more threads. Vectors are used only where the row length and pointers allow
+///   (can_vectorize); elsewhere the kernels go element by element whatever the variant says.
+/// - fwd_rows: the forward's launch: one warp per row (4 rows per block), one block per row, or
+///   automatic (a warp up to kWarpRowMax values, a block beyond: Note [Row launches] in
+///   core/cuda/plan/row_math.h, in the source tree).
+/// - bwd_blocks: the backward's blocks (each sums its rows' dγ/dβ partials, a second kernel adds
+///   the partials): more blocks, more parallel rows, more partials to add.
+/// - bwd_partials: where a block keeps its partials while it runs: shared memory (when they fit in
+///   46 KiB) or global memory.
+/// Every variant computes the same sums in the same order per row: the forward's output, mean and
+/// rstd do not depend on the variant except through the warp/block reduction tree, and the
+/// backward's per-row sums likewise; dγ/dβ add the same rows in a different grouping. The GPU test
+/// compares every sweep candidate (core/cuda/plan/layer_norm_variant.h) with the CPU.
 struct LayerNormVariant {
   enum class Rows { automatic, warp, block };
   enum class Partials { automatic, shared, global };
   int vec_bytes = 16;
   Rows fwd_rows = Rows::automatic;
-  int64_t bwd_blocks = 1024;  // rowwise::kMaxPartials (core/cuda/plan/row_math.h)
+  int64_t bwd_blocks = 1024;  ///< rowwise::kMaxPartials (core/cuda/plan/row_math.h)
   Partials bwd_partials = Partials::automatic;
   bool operator==(const LayerNormVariant&) const = default;
 };
 
-// The name layer_norm_variant_name prints, e.g. "vec=16,fwd=auto,bwd_blocks=1024,partials=auto".
+/// The name layer_norm_variant_name prints, e.g. "vec=16,fwd=auto,bwd_blocks=1024,partials=auto".
 std::string layer_norm_variant_name(const LayerNormVariant& variant);
-// "" or "default": the defaults. Otherwise comma-separated key=value pairs, any subset, in any
-// order: vec=16|8|0, fwd=auto|warp|block, bwd_blocks=1..65535, partials=auto|shared|global.
-// Anything else is a ValueError naming the text and the choices.
+/// "" or "default": the defaults. Otherwise comma-separated key=value pairs, any subset, in any
+/// order: vec=16|8|0, fwd=auto|warp|block, bwd_blocks=1..65535, partials=auto|shared|global.
+/// Anything else is a ValueError naming the text and the choices.
 LayerNormVariant parse_layer_norm_variant(std::string_view text);
-// The launch configuration of the CUDA layer-norm kernels, for a run that times them
-// (bench_cuda --sweep). The first
-// call reads KILN_LAYER_NORM_VARIANT (e.g. vec=8,fwd=block; unset: the defaults) unless
-// set_layer_norm_variant came first; a bad value throws ValueError from every call until the
-// setter is used. Every variant gives the same results to rounding.
+/// The launch configuration of the CUDA layer-norm kernels, for a run that times them
+/// (bench_cuda --sweep). The first
+/// call reads KILN_LAYER_NORM_VARIANT (e.g. vec=8,fwd=block; unset: the defaults) unless
+/// set_layer_norm_variant came first; a bad value throws ValueError from every call until the
+/// setter is used. Every variant gives the same results to rounding.
 LayerNormVariant layer_norm_variant();
 void set_layer_norm_variant(const LayerNormVariant& variant);
 
-// ---- device-side checks (Note [Deferred device checks]) ----
-// deferred (default): a bad index or class target found by a kernel is reported at the next
-// blocking read, without a host sync per op. immediate (KILN_CUDA_CHECKS=immediate, like
-// CUDA_LAUNCH_BLOCKING): each op reads its check and throws at once.
+// ---- device-side checks (Note [Deferred device checks] in core/cuda/runtime/deferred_check.h, in the source tree, in the source
+// tree) ----
+/// deferred (default): a bad index or class target found by a kernel is reported at the next
+/// blocking read, without a host sync per op. immediate (KILN_CUDA_CHECKS=immediate, like
+/// CUDA_LAUNCH_BLOCKING): each op reads its check and throws at once.
 enum class CheckMode { deferred, immediate };
 CheckMode check_mode();
 void set_check_mode(CheckMode mode);
-// Raises the first fault among the deferred checks that reached the host; with `wait`, waits
-// for all of them first (a host sync while any is pending).
+/// Raises the first fault among the deferred checks that reached the host; with `wait`, waits
+/// for all of them first (a host sync while any is pending).
 void check_deferred_faults(bool wait = false);
 
 // ---- memory (torch.cuda.memory_stats, reset_peak_memory_stats, empty_cache) ----
-// The device had no room even after the allocator gave its cached memory back. The message says
-// how many bytes were asked, what Kiln holds, and the device's total and free memory.
+/// The device had no room even after the allocator gave its cached memory back. The message says
+/// how many bytes were asked, what Kiln holds, and the device's total and free memory.
 class OutOfMemoryError : public Error {
  public:
   using Error::Error;
 };
 
-// One device's allocator statistics. Byte counts are of blocks (requests rounded up to 512 B).
+/// One device's allocator statistics. Byte counts are of blocks (requests rounded up to 512 B).
 struct MemoryStats {
-  int64_t allocated_bytes = 0;       // in blocks handed out to tensors now
-  int64_t reserved_bytes = 0;        // in segments obtained with cudaMalloc (allocated + cached)
-  int64_t peak_allocated_bytes = 0;  // since the start or the last reset_peak_stats()
+  int64_t allocated_bytes = 0;       ///< in blocks handed out to tensors now
+  int64_t reserved_bytes = 0;        ///< in segments obtained with cudaMalloc (allocated + cached)
+  int64_t peak_allocated_bytes = 0;  ///< since the start or the last reset_peak_stats()
   int64_t peak_reserved_bytes = 0;
-  int64_t num_allocs = 0;            // allocations served, from the cache or not
-  int64_t num_device_mallocs = 0;    // cudaMalloc calls (each a new segment)
-  int64_t num_device_frees = 0;      // cudaFree calls (each a whole segment given back)
-  int64_t num_alloc_retries = 0;     // cudaMalloc failures answered by freeing the cache and retrying
-  int64_t num_ooms = 0;              // allocations that ended in OutOfMemoryError
-  int64_t pending_frees = 0;         // freed blocks waiting for other streams (see record_stream)
+  int64_t num_allocs = 0;            ///< allocations served, from the cache or not
+  int64_t num_device_mallocs = 0;    ///< cudaMalloc calls (each a new segment)
+  int64_t num_device_frees = 0;      ///< cudaFree calls (each a whole segment given back)
+  int64_t num_alloc_retries = 0;     ///< cudaMalloc failures answered by freeing the cache and retrying
+  int64_t num_ooms = 0;              ///< allocations that ended in OutOfMemoryError
+  int64_t pending_frees = 0;         ///< freed blocks waiting for other streams (see record_stream)
 };
 
-// Statistics of `device` (-1: the current device).
+/// Statistics of `device` (-1: the current device).
 MemoryStats memory_stats(int device = -1);
-// Peaks restart from the current values.
+/// Peaks restart from the current values.
 void reset_peak_stats(int device = -1);
-// Gives every cached segment that holds no live block back to the driver, on every device, and
-// frees the cached pinned host blocks. Memory in live tensors stays where it is.
+/// Gives every cached segment that holds no live block back to the driver, on every device, and
+/// frees the cached pinned host blocks. Memory in live tensors stays where it is.
 void empty_cache();
 
 }  // namespace kiln::cuda

@@ -6,8 +6,10 @@
 
 namespace kiln {
 
+/// The kinds of device a tensor can live on.
 enum class DeviceType : uint8_t { CPU, CUDA };
 
+/// A device: its type and, for CUDA, the device index.
 struct Device {
   DeviceType type = DeviceType::CPU;
   int index = 0;
@@ -22,6 +24,7 @@ struct Device {
   std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 };
 
+/// Prints str(): "cpu" or "cuda:0".
 inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
 }  // namespace kiln

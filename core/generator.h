@@ -9,9 +9,11 @@
 
 namespace kiln {
 
-// One Philox-4x32-10 block: four 32-bit words from a 128-bit counter and a 64-bit key.
+/// One Philox-4x32-10 block: four 32-bit words from a 128-bit counter and a 64-bit key.
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter, uint64_t key);
 
+/// A seeded Philox generator (the file's header): a draw of n elements takes the counters
+/// [offset, offset + n) and advances the offset by n.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0x5EEDull) : seed_(seed) {}
@@ -24,7 +26,7 @@ class Generator {
   uint64_t offset() const { return offset_; }
   void set_offset(uint64_t offset) { offset_ = offset; }
 
-  // Reserves `n` counters and returns the first; the caller uses (seed(), first + i).
+  /// Reserves `n` counters and returns the first; the caller uses (seed(), first + i).
   uint64_t advance(uint64_t n) {
     uint64_t first = offset_;
     offset_ += n;
@@ -36,12 +38,16 @@ class Generator {
   uint64_t offset_ = 0;
 };
 
-// The process-wide default generator (like torch's default CPU generator).
+///@{
+/// The process-wide default generator (like torch's default CPU generator).
 Generator& default_generator();
 void manual_seed(uint64_t seed);
+///@}
 
-// Draws for element `index` of a stream: uniform in [0, 1), and standard normal (Box-Muller).
+///@{
+/// Draws for element `index` of a stream: uniform in [0, 1), and standard normal (Box-Muller).
 double philox_uniform(uint64_t seed, uint64_t index);
 double philox_normal(uint64_t seed, uint64_t index);
+///@}
 
 }  // namespace kiln

@@ -51,8 +51,8 @@ inline float half_bits_to_float(uint16_t h) {
 
 }  // namespace detail
 
-// A 16-bit float stored as its bits, converted to and from float by its format's two functions.
-// BFloat16 and Half are two instances, so two distinct types.
+/// A 16-bit float stored as its bits, converted to and from float by its format's two functions.
+/// BFloat16 and Half are two instances, so two distinct types.
 template <uint16_t (*FromFloat)(float), float (*ToFloat)(uint16_t)>
 struct Float16Bits {
   uint16_t bits = 0;
@@ -66,6 +66,7 @@ struct Float16Bits {
   }
 };
 
+/// bfloat16 and IEEE half: 16-bit storage types that convert to and from float.
 using BFloat16 = Float16Bits<detail::float_to_bf16_bits, detail::bf16_bits_to_float>;
 using Half = Float16Bits<detail::float_to_half_bits, detail::half_bits_to_float>;
 

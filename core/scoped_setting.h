@@ -5,6 +5,8 @@
 
 namespace kiln {
 
+/// Sets a setting (read by Get, written by Set) for the guard's scope and restores the previous
+/// value when it ends, so guards nest.
 template <class T, T (*Get)(), void (*Set)(T)>
 class ScopedSetting {
  public:
