@@ -32,14 +32,14 @@ namespace kiln::autograd {
 // in place inside a guard (an optimizer step) is not seen by its cached copy: step outside the
 // guard, as with torch.autocast.
 
-// t cast to autocast_dtype() when autocast is on and t is floating and not f64; t itself otherwise.
+/// t cast to autocast_dtype() when autocast is on and t is floating and not f64; t itself otherwise.
 Tensor autocast_to_low(const Tensor& t);
-// t cast to f32 when autocast is on and t is bf16 or f16; t itself otherwise.
+/// t cast to f32 when autocast is on and t is bf16 or f16; t itself otherwise.
 Tensor autocast_to_f32(const Tensor& t);
 
-// Entries in this thread's cast cache (0 outside a guard): for tests and diagnostics.
+/// Entries in this thread's cast cache (0 outside a guard): for tests and diagnostics.
 size_t autocast_cache_size();
-// Drops this thread's cast cache (the outermost guard does this when it closes).
+/// Drops this thread's cast cache (the outermost guard does this when it closes).
 void clear_autocast_cache();
 
 }  // namespace kiln::autograd

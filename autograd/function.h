@@ -21,10 +21,11 @@
 
 namespace kiln::autograd {
 
-// A node that remembers each input's shape, dtype and device (for reducing gradients).
+/// A node that remembers each input's shape, dtype and device (for reducing gradients).
 class OpNode : public Node {
  public:
   using Node::Node;
+  /// What OpNode keeps of each input: its shape, dtype and device.
   struct InputInfo {
     Shape shape;
     DType dtype = DType::f32;
@@ -32,10 +33,10 @@ class OpNode : public Node {
   };
   std::vector<InputInfo> input_info;
 
-  // g summed over broadcast dims down to input i's shape and cast to its dtype (undefined if
-  // input i needs no gradient).
+  /// g summed over broadcast dims down to input i's shape and cast to its dtype (undefined if
+  /// input i needs no gradient).
   Tensor input_grad(size_t i, const Tensor& g) const;
-  // Zeros shaped like input i, on its device, in `dtype` (a gradient to scatter into).
+  /// Zeros shaped like input i, on its device, in `dtype` (a gradient to scatter into).
   Tensor input_zeros(size_t i, DType dtype) const;
 };
 
@@ -55,9 +56,9 @@ class OpNode : public Node {
 
 using Grads = std::vector<Tensor>;
 
-// A node whose backward is a closure: fn(g, node) returns one gradient per input, which the node
-// then reduces with input_grad(). The closure owns what it saved (detached tensors only) and is
-// dropped by release_saved().
+/// A node whose backward is a closure: fn(g, node) returns one gradient per input, which the node
+/// then reduces with input_grad(). The closure owns what it saved (detached tensors only) and is
+/// dropped by release_saved().
 class LambdaNode final : public OpNode {
  public:
   using Fn = std::function<Grads(const Tensor& g, const OpNode& node)>;
@@ -72,7 +73,7 @@ class LambdaNode final : public OpNode {
   Fn fn_;
 };
 
-// Which inputs of the op being recorded need a gradient (the argument of record's factory).
+/// Which inputs of the op being recorded need a gradient (the argument of record's factory).
 class Needs {
  public:
   explicit Needs(const OpNode& node) : node_(&node) {}
@@ -82,20 +83,20 @@ class Needs {
   const OpNode* node_;
 };
 
-// True when grad mode is on and some input requires grad.
+/// True when grad mode is on and some input requires grad.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const std::vector<Tensor>& inputs);
 
-// Sets up node's edges and input info for `inputs` (undefined tensors get no edge).
+/// Sets up node's edges and input info for `inputs` (undefined tensors get no edge).
 void connect(OpNode& node, std::initializer_list<const Tensor*> inputs);
 void connect(OpNode& node, const std::vector<Tensor>& inputs);
 
-// Makes `out` output `output_nr` of `node`. `out` must be a fresh tensor (no history yet).
+/// Makes `out` output `output_nr` of `node`. `out` must be a fresh tensor (no history yet).
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
 
 namespace detail {
 
-// A backward closure taking (g) or (g, node) and returning Grads or one Tensor, as a LambdaNode::Fn.
+/// A backward closure taking (g) or (g, node) and returning Grads or one Tensor, as a LambdaNode::Fn.
 template <class F>
 LambdaNode::Fn as_backward(F fn) {
   return [fn = std::move(fn)](const Tensor& g, const OpNode& node) -> Grads {
@@ -124,8 +125,8 @@ Tensor record(Tensor out, const char* name, const Inputs& inputs, MakeFn& make_f
 
 }  // namespace detail
 
-// Records `out` = op(inputs) under `name` (a string literal); see Note [Recording an op].
-// Returns `out`.
+/// Records `out` = op(inputs) under `name` (a string literal); see Note [Recording an op].
+/// Returns `out`.
 template <class MakeFn>
 Tensor record(Tensor out, const char* name, std::initializer_list<const Tensor*> inputs, MakeFn&& make_fn) {
   return detail::record(std::move(out), name, inputs, make_fn);
@@ -135,10 +136,10 @@ Tensor record(Tensor out, const char* name, const std::vector<Tensor>& inputs, M
   return detail::record(std::move(out), name, inputs, make_fn);
 }
 
-// A saved tensor: the same data without history (saving the tensor itself would form a cycle).
+/// A saved tensor: the same data without history (saving the tensor itself would form a cycle).
 inline Tensor saved(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
 
-// Sums g over the dims that broadcasting added or expanded, giving `shape`.
+/// Sums g over the dims that broadcasting added or expanded, giving `shape`.
 Tensor sum_to(const Tensor& g, const Shape& shape);
 
 }  // namespace kiln::autograd

@@ -15,14 +15,17 @@ namespace kiln {
 
 class Node;
 
+/// Where one input's gradient goes: slot `input_nr` of node `fn`.
 struct Edge {
-  std::shared_ptr<Node> fn;  // null: that input needs no gradient
-  uint32_t input_nr = 0;     // which of fn's gradient slots receives it
+  std::shared_ptr<Node> fn;  ///< null: that input needs no gradient
+  uint32_t input_nr = 0;     ///< which of fn's gradient slots receives it
   bool valid() const { return fn != nullptr; }
 };
 
-using GradHook = std::function<Tensor(const Tensor&)>;  // may return a replacement gradient
+using GradHook = std::function<Tensor(const Tensor&)>;  ///< may return a replacement gradient
 
+/// One node of the backward graph: turns the gradients of its outputs into those of its inputs and
+/// sends each along its next edge.
 class Node : public std::enable_shared_from_this<Node> {
  public:
   explicit Node(uint32_t num_outputs = 1);
@@ -30,14 +33,14 @@ class Node : public std::enable_shared_from_this<Node> {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // grads[i] is the gradient w.r.t. output i (undefined when nothing flowed into it). Returns one
-  // gradient per next_edge (undefined where not needed).
+  /// grads[i] is the gradient w.r.t. output i (undefined when nothing flowed into it). Returns one
+  /// gradient per next_edge (undefined where not needed).
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
   virtual std::string name() const = 0;
-  // Frees saved tensors once the node has run (unless retain_graph).
+  /// Frees saved tensors once the node has run (unless retain_graph).
   virtual void release_saved() {}
 
-  // Runs apply() after the pre-hooks and the "already released" check.
+  /// Runs apply() after the pre-hooks and the "already released" check.
   std::vector<Tensor> run(std::vector<Tensor>&& grads);
   virtual void release() {
     release_saved();
@@ -49,8 +52,8 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr() const { return sequence_nr_; }
 
   std::vector<Edge> next_edges;
-  std::vector<std::vector<GradHook>> pre_hooks;     // per output: tensor hooks of non-leaf outputs
-  std::vector<std::vector<GradHook>> retain_hooks;  // per output: retain_grad, run after pre_hooks
+  std::vector<std::vector<GradHook>> pre_hooks;     ///< per output: tensor hooks of non-leaf outputs
+  std::vector<std::vector<GradHook>> retain_hooks;  ///< per output: retain_grad, run after pre_hooks
 
  private:
   uint32_t num_outputs_;
@@ -58,8 +61,8 @@ class Node : public std::enable_shared_from_this<Node> {
   bool released_ = false;
 };
 
-// The sink of a leaf that requires grad: runs the leaf's tensor hooks, accumulates into .grad,
-// then fires its post-accumulate-grad hooks (the moment .grad is final for this backward pass).
+/// The sink of a leaf that requires grad: runs the leaf's tensor hooks, accumulates into .grad,
+/// then fires its post-accumulate-grad hooks (the moment .grad is final for this backward pass).
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor leaf) : Node(1), leaf_(std::move(leaf)) {}
@@ -69,7 +72,7 @@ class AccumulateGrad final : public Node {
   const Tensor& leaf() const { return leaf_; }
 
  private:
-  Tensor leaf_;  // a strong handle: the leaf lives as long as a graph that uses it
+  Tensor leaf_;  ///< a strong handle: the leaf lives as long as a graph that uses it
 };
 
 }  // namespace kiln

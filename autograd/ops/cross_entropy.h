@@ -6,6 +6,7 @@
 
 namespace kiln {
 
+/// Options of cross_entropy, as torch's F.cross_entropy: ignore_index, label_smoothing, reduction.
 struct CrossEntropyOptions {
   int64_t ignore_index_ = -100;
   double label_smoothing_ = 0.0;
@@ -14,8 +15,8 @@ struct CrossEntropyOptions {
   CrossEntropyOptions& label_smoothing(double v) { label_smoothing_ = v; return *this; }
   CrossEntropyOptions& reduction(Reduction r) { reduction_ = r; return *this; }
 };
-// logits (N, C) (or (..., C), flattened), targets (N) of class ids: a fused log-softmax + NLL,
-// with torch's semantics for ignore_index (mean over non-ignored), label_smoothing and reduction.
+/// logits (N, C) (or (..., C), flattened), targets (N) of class ids: a fused log-softmax + NLL,
+/// with torch's semantics for ignore_index (mean over non-ignored), label_smoothing and reduction.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
 
 }  // namespace kiln

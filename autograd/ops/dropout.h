@@ -6,9 +6,9 @@
 
 namespace kiln {
 
-// Zeroes each element with probability p and scales the rest by 1/(1-p) when training; the mask
-// comes from `gen` (seeded, reproducible). Identity when !training or p == 0.
+/// Zeroes each element with probability p and scales the rest by 1/(1-p) when training; the mask
+/// comes from `gen` (seeded, reproducible). Identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
-Tensor dropout(const Tensor& x, double p, bool training);  // the default generator
+Tensor dropout(const Tensor& x, double p, bool training);  ///< the default generator
 
 }  // namespace kiln

@@ -8,10 +8,10 @@
 
 namespace kiln {
 
-// h (..., in), weight (out, in), bias (out) or undefined -> (..., out). Bitwise equal to
-// linear(gelu(h, approximate), weight, bias) in value and gradients, under autocast too (GELU in
-// h's dtype, the product in the low dtype, as the two ops give); the backward pays one more GELU
-// pass over h instead of keeping gelu(h).
+/// h (..., in), weight (out, in), bias (out) or undefined -> (..., out). Bitwise equal to
+/// linear(gelu(h, approximate), weight, bias) in value and gradients, under autocast too (GELU in
+/// h's dtype, the product in the low dtype, as the two ops give); the backward pays one more GELU
+/// pass over h instead of keeping gelu(h).
 Tensor gelu_linear(const Tensor& h, const Tensor& weight, const Tensor& bias = Tensor(),
                    GeluApproximate approximate = GeluApproximate::tanh);
 

@@ -5,7 +5,7 @@
 
 namespace kiln {
 
-// Normalizes over the trailing `normalized_shape` dims; weight/bias may be undefined.
+/// Normalizes over the trailing `normalized_shape` dims; weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 
