@@ -8,10 +8,12 @@
 
 namespace kiln::nn {
 
+/// Options of GELU: the exact erf form or the tanh approximation.
 struct GELUOptions {
   KILN_ARG(GeluApproximate, approximate) = GeluApproximate::none;
 };
 
+/// Applies gelu element-wise (torch.nn.GELU).
 class GELU : public Module {
  public:
   explicit GELU(const GELUOptions& opts = {}) : options(opts) {}
@@ -24,6 +26,7 @@ class GELU : public Module {
   GELUOptions options;
 };
 
+/// Applies relu element-wise (torch.nn.ReLU).
 class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) { return kiln::relu(x); }

@@ -13,12 +13,13 @@
 
 namespace kiln::nn {
 
-// A module whose forward takes and returns one tensor.
+/// A module whose forward takes and returns one tensor.
 template <class M>
 concept TensorModule = std::derived_from<M, Module> && requires(M& m, const Tensor& x) {
   { m.forward(x) } -> std::convertible_to<Tensor>;
 };
 
+/// Chains single-input modules, each fed the previous one's output; children are named "0", "1", ...
 class Sequential : public Module {
  public:
   Sequential() = default;
@@ -35,7 +36,7 @@ class Sequential : public Module {
     return module;
   }
 
-  // x through every module in order (x itself when empty).
+  /// x through every module in order (x itself when empty).
   Tensor forward(const Tensor& x);
 
   size_t size() const { return modules_.size(); }
@@ -48,6 +49,7 @@ class Sequential : public Module {
   std::vector<std::function<Tensor(const Tensor&)>> steps_;
 };
 
+/// Holds modules (children "0", "1", ...) for the owner to call in its own forward.
 class ModuleList : public Module {
  public:
   ModuleList() = default;
@@ -62,7 +64,7 @@ class ModuleList : public Module {
   size_t size() const { return modules_.size(); }
   bool empty() const { return modules_.empty(); }
   const std::shared_ptr<Module>& operator[](size_t i) const;
-  // The i-th module as its concrete type; fails when it is not an M.
+  /// The i-th module as its concrete type; fails when it is not an M.
   template <class M>
   std::shared_ptr<M> at(size_t i) const {
     auto m = std::dynamic_pointer_cast<M>((*this)[i]);

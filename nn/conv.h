@@ -10,13 +10,14 @@
 
 namespace kiln::nn {
 
+/// Options of Conv2d (torch.nn.Conv2d's arguments).
 struct Conv2dOptions {
   int64_t in_channels_, out_channels_;
   Size2 kernel_size_;
   Size2 stride_{1}, padding_{0}, dilation_{1};
   int64_t groups_ = 1;
   bool bias_ = true;
-  Generator* generator_ = nullptr;  // init draws; null: the default generator
+  Generator* generator_ = nullptr;  ///< init draws; null: the default generator
 
   Conv2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
@@ -28,11 +29,12 @@ struct Conv2dOptions {
   Conv2dOptions& generator(Generator& g) { generator_ = &g; return *this; }
 };
 
+/// 2-D convolution over (N, C, H, W) inputs (torch.nn.Conv2d), weights initialized as torch does.
 class Conv2d : public Module {
  public:
   explicit Conv2d(const Conv2dOptions& options);
 
-  // x (N, in_channels, H, W) -> (N, out_channels, OH, OW).
+  /// x (N, in_channels, H, W) -> (N, out_channels, OH, OW).
   Tensor forward(const Tensor& x);
   void reset_parameters(Generator& gen);
 
@@ -40,8 +42,8 @@ class Conv2d : public Module {
   std::string extra_repr() const override;
 
   Conv2dOptions options;
-  Tensor weight;  // (out_channels, in_channels / groups, kh, kw)
-  Tensor bias;    // (out_channels), undefined without bias
+  Tensor weight;  ///< (out_channels, in_channels / groups, kh, kw)
+  Tensor bias;    ///< (out_channels), undefined without bias
 };
 
 }  // namespace kiln::nn

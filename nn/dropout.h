@@ -11,6 +11,7 @@
 
 namespace kiln::nn {
 
+/// Options of Dropout: the drop probability and where the masks are drawn from.
 struct DropoutOptions {
   double p_ = 0.5;
   Generator* generator_ = nullptr;
@@ -22,12 +23,14 @@ struct DropoutOptions {
   DropoutOptions& seed(uint64_t s) { seed_ = s; return *this; }
 };
 
+/// Zeroes each element with probability p in training and scales the rest by 1/(1-p); the identity
+/// in eval mode (torch.nn.Dropout).
 class Dropout : public Module {
  public:
   explicit Dropout(const DropoutOptions& options = {});
 
   Tensor forward(const Tensor& x);
-  // Where the masks are drawn from (see the file comment).
+  /// Where the masks are drawn from (see the file comment).
   Generator& generator();
 
   std::string name() const override { return "Dropout"; }

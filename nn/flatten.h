@@ -8,12 +8,14 @@
 
 namespace kiln::nn {
 
+/// Options of Flatten: the first and last dimension flattened.
 struct FlattenOptions {
   int64_t start_dim_ = 1, end_dim_ = -1;
   FlattenOptions& start_dim(int64_t d) { start_dim_ = d; return *this; }
   FlattenOptions& end_dim(int64_t d) { end_dim_ = d; return *this; }
 };
 
+/// Flattens dimensions start_dim..end_dim into one (torch.nn.Flatten).
 class Flatten : public Module {
  public:
   explicit Flatten(const FlattenOptions& opts = {}) : options(opts) {}

@@ -10,31 +10,33 @@
 
 namespace kiln::nn {
 
+/// Options of Linear: in and out features, bias, and the init generator.
 struct LinearOptions {
   int64_t in_features_, out_features_;
   KILN_ARG(bool, bias) = true;
-  Generator* generator_ = nullptr;  // init draws; null: the default generator
+  Generator* generator_ = nullptr;  ///< init draws; null: the default generator
 
   LinearOptions(int64_t in_features, int64_t out_features) : in_features_(in_features), out_features_(out_features) {}
   LinearOptions& generator(Generator& g) { generator_ = &g; return *this; }
 };
 
+/// y = x W^T + b (torch.nn.Linear), weights initialized as torch does.
 class Linear : public Module {
  public:
   explicit Linear(const LinearOptions& options);
   Linear(int64_t in_features, int64_t out_features) : Linear(LinearOptions(in_features, out_features)) {}
 
-  // x (..., in_features) -> (..., out_features).
+  /// x (..., in_features) -> (..., out_features).
   Tensor forward(const Tensor& x);
-  // Redraws weight and bias as the constructor did.
+  /// Redraws weight and bias as the constructor did.
   void reset_parameters(Generator& gen);
 
   std::string name() const override { return "Linear"; }
   std::string extra_repr() const override;
 
   LinearOptions options;
-  Tensor weight;  // (out_features, in_features)
-  Tensor bias;    // (out_features), undefined without bias
+  Tensor weight;  ///< (out_features, in_features)
+  Tensor bias;    ///< (out_features), undefined without bias
 };
 
 }  // namespace kiln::nn

@@ -19,12 +19,12 @@ namespace kiln::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
-// Note [Module registry order]
-// Names and orders follow torch.nn.Module: named_parameters() lists a module's own parameters
-// (in registration order) before its children's, depth first; state_dict() lists, module by
-// module, its own parameters, then its own buffers, then each child's entries. A tensor shared by
-// two modules (tied weights) appears once in named_parameters() but under both names in
-// state_dict(), so optimizers step it once and checkpoints round-trip both names.
+/// Note [Module registry order]
+/// Names and orders follow torch.nn.Module: named_parameters() lists a module's own parameters
+/// (in registration order) before its children's, depth first; state_dict() lists, module by
+/// module, its own parameters, then its own buffers, then each child's entries. A tensor shared by
+/// two modules (tied weights) appears once in named_parameters() but under both names in
+/// state_dict(), so optimizers step it once and checkpoints round-trip both names.
 class Module : public std::enable_shared_from_this<Module> {
  public:
   Module() = default;
@@ -32,12 +32,12 @@ class Module : public std::enable_shared_from_this<Module> {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  // The type name printed by operator<< ("Linear"), and its configuration ("in_features=5, ...").
+  /// The type name printed by operator<< ("Linear"), and its configuration ("in_features=5, ...").
   virtual std::string name() const { return "Module"; }
   virtual std::string extra_repr() const { return ""; }
 
-  // Registration. Names are non-empty, contain no '.', and are unique among this module's
-  // parameters, buffers and children. Each returns what it registered (the same handle).
+  /// Registration. Names are non-empty, contain no '.', and are unique among this module's
+  /// parameters, buffers and children. Each returns what it registered (the same handle).
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor tensor);
   template <class M>
@@ -46,52 +46,52 @@ class Module : public std::enable_shared_from_this<Module> {
     return module;
   }
 
-  // Recursive, with dotted names; see Note [Module registry order].
+  /// Recursive, with dotted names; see Note [Module registry order].
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   std::vector<std::shared_ptr<Module>> children() const;
-  // This module (named "") and every descendant, depth first.
+  /// This module (named "") and every descendant, depth first.
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
 
-  // The parameter/buffer registered here under `name` (no dots); fails listing the known names.
+  /// The parameter/buffer registered here under `name` (no dots); fails listing the known names.
   Tensor parameter(const std::string& name) const;
   Tensor buffer(const std::string& name) const;
 
-  // Training flag (Dropout, BatchNorm read it), set on this module and every descendant.
+  /// Training flag (Dropout, BatchNorm read it), set on this module and every descendant.
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  // Moves/casts every parameter and buffer, recursively. The data is swapped inside each tensor
-  // (Tensor::set_data, torch's `param.data = ...`), so every handle to a parameter -- the
-  // registry's, a layer's `weight` member, an optimizer's -- sees the move; requires_grad and
-  // hooks are kept and an existing .grad is moved/cast too. to(DType) casts floating tensors only
-  // (num_batches_tracked stays i64).
+  /// Moves/casts every parameter and buffer, recursively. The data is swapped inside each tensor
+  /// (Tensor::set_data, torch's `param.data = ...`), so every handle to a parameter -- the
+  /// registry's, a layer's `weight` member, an optimizer's -- sees the move; requires_grad and
+  /// hooks are kept and an existing .grad is moved/cast too. to(DType) casts floating tensors only
+  /// (num_batches_tracked stays i64).
   void to(Device device);
   void to(DType dtype);
   void to(Device device, DType dtype);
 
-  // Clears every parameter's .grad (set_to_none) or fills it with zeros.
+  /// Clears every parameter's .grad (set_to_none) or fills it with zeros.
   void zero_grad(bool set_to_none = true);
 
-  // Parameters and buffers by dotted name, detached (sharing storage with the model).
+  /// Parameters and buffers by dotted name, detached (sharing storage with the model).
   NamedTensors state_dict() const;
-  // Copies values into the model in place. Every problem -- missing keys, unexpected keys (both
-  // only when strict), shape and dtype mismatches, duplicate or undefined entries -- is gathered
-  // and reported in one kiln::Error; nothing is copied unless all checks pass.
+  /// Copies values into the model in place. Every problem -- missing keys, unexpected keys (both
+  /// only when strict), shape and dtype mismatches, duplicate or undefined entries -- is gathered
+  /// and reported in one kiln::Error; nothing is copied unless all checks pass.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
   void load_state_dict(const NamedTensors& state, bool strict = true);
 
-  // Prints the tree: Name(extra_repr) with one indented "(child): ..." line per child.
+  /// Prints the tree: Name(extra_repr) with one indented "(child): ..." line per child.
   void print(std::ostream& os, int indent = 0) const;
 
-  // Forward hooks (torch's register_forward_pre_hook / register_forward_hook), run in registration
-  // order. Kiln's forward()s are not virtual and differ in signature, so the hooks run where the
-  // module is called through nn::call(module, args...) (torch's `module(args)`): GPT calls its
-  // blocks so and CifarCnn its conv groups, which is what lets FSDP wrap them (parallel/fsdp.h).
+  /// Forward hooks (torch's register_forward_pre_hook / register_forward_hook), run in registration
+  /// order. Kiln's forward()s are not virtual and differ in signature, so the hooks run where the
+  /// module is called through nn::call(module, args...) (torch's `module(args)`): GPT calls its
+  /// blocks so and CifarCnn its conv groups, which is what lets FSDP wrap them (parallel/fsdp.h).
   using ForwardPreHook = std::function<void(Module&)>;
   using ForwardHook = std::function<void(Module&, const Tensor& output)>;
   void register_forward_pre_hook(ForwardPreHook hook) { forward_pre_hooks_.push_back(std::move(hook)); }
@@ -106,12 +106,12 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   void register_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name, const char* what) const;
-  // A kind of registered tensor: &Module::parameters_ or &Module::buffers_.
+  /// A kind of registered tensor: &Module::parameters_ or &Module::buffers_.
   using Entries = NamedTensors Module::*;
-  // Appends this module's entries of `kinds` (detached or not), then its children's, depth first,
-  // under dotted names starting with `prefix`.
+  /// Appends this module's entries of `kinds` (detached or not), then its children's, depth first,
+  /// under dotted names starting with `prefix`.
   void collect(std::initializer_list<Entries> kinds, bool detach, const std::string& prefix, NamedTensors& out) const;
-  // named_parameters / named_buffers: this module's own, or every one once (tied tensors).
+  /// named_parameters / named_buffers: this module's own, or every one once (tied tensors).
   NamedTensors named(Entries kind, bool recurse) const;
   template <class Fn>
   void for_each_module(const Fn& fn);
@@ -124,7 +124,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<ForwardHook> forward_hooks_;
 };
 
-// module.forward(args...) between the module's forward pre-hooks and forward hooks.
+/// module.forward(args...) between the module's forward pre-hooks and forward hooks.
 template <class M, class... Args>
 Tensor call(M& module, Args&&... args) {
   module.run_forward_pre_hooks();

@@ -19,11 +19,11 @@
 
 namespace kiln::optim {
 
-// The values a hyper-parameter may take (bools are 0 or 1 whatever their range says).
+/// The values a hyper-parameter may take (bools are 0 or 1 whatever their range says).
 enum class HyperRange {
   any,
-  non_negative,   // >= 0
-  unit_interval,  // in [0, 1)
+  non_negative,   ///< >= 0
+  unit_interval,  ///< in [0, 1)
 };
 
 // Note [Optimizer rules]
@@ -51,15 +51,15 @@ enum class HyperRange {
 
 namespace detail {
 
-// The CUDA parameters of one group with one device and dtype, for one fused launch. At namespace
-// scope, so that the explicit instantiation declarations in sgd.h and adamw.h (where CudaTensors
-// is incomplete) do not instantiate it.
+/// The CUDA parameters of one group with one device and dtype, for one fused launch. At namespace
+/// scope, so that the explicit instantiation declarations in sgd.h and adamw.h (where CudaTensors
+/// is incomplete) do not instantiate it.
 template <class CudaTensors>
 struct CudaBatch {
   Device device;
   DType dtype;
   CudaTensors tensors;
-  std::vector<std::pair<Tensor, Tensor>> write_back;  // (strided parameter, its contiguous working copy)
+  std::vector<std::pair<Tensor, Tensor>> write_back;  ///< (strided parameter, its contiguous working copy)
 };
 
 template <class CudaTensors>
@@ -73,25 +73,25 @@ CudaBatch<CudaTensors>& batch_for(std::vector<CudaBatch<CudaTensors>>& batches, 
 
 }  // namespace detail
 
-// Note [Optimizer step]
-// step(found_inf) of SGD and AdamW walks the groups in order, under NoGradGuard. Every parameter
-// with a gradient (grad_for_update) is updated where it lives:
-// - on the CPU, unless the host reads found_inf as set (HostSkip: one read per step), by
-//   Rule::update_on_cpu() with its state made ready (state_for_update), and then counted (++step);
-// - on CUDA, it joins its group's batch for its device and dtype: its contiguous working copy (a
-//   strided parameter is copied, and written back after the launch), its contiguous gradient and
-//   its device step count; Rule::add_to_batch() adds the optimizer's buffers. Each batch is one
-//   fused Rule::launch() at the end of the group, which reads found_inf on the device (Note [Device
-//   step counts]). Where add_to_batch() changed a state in a way a skipped step must not leave
-//   behind, the host reads found_inf after the launches and Rule::undo_skipped() undoes the change.
+/// Note [Optimizer step]
+/// step(found_inf) of SGD and AdamW walks the groups in order, under NoGradGuard. Every parameter
+/// with a gradient (grad_for_update) is updated where it lives:
+/// - on the CPU, unless the host reads found_inf as set (HostSkip: one read per step), by
+///   Rule::update_on_cpu() with its state made ready (state_for_update), and then counted (++step);
+/// - on CUDA, it joins its group's batch for its device and dtype: its contiguous working copy (a
+///   strided parameter is copied, and written back after the launch), its contiguous gradient and
+///   its device step count; Rule::add_to_batch() adds the optimizer's buffers. Each batch is one
+///   fused Rule::launch() at the end of the group, which reads found_inf on the device (Note [Device
+///   step counts]). Where add_to_batch() changed a state in a way a skipped step must not leave
+///   behind, the host reads found_inf after the launches and Rule::undo_skipped() undoes the change.
 template <class Options, class Rule>
 class GroupedOptimizer : public Optimizer {
  public:
   using Group = ParamGroup<Options>;
 
-  // One group holding every parameter.
+  /// One group holding every parameter.
   GroupedOptimizer(std::vector<Tensor> params, Options options);
-  // Several groups, each with its own options.
+  /// Several groups, each with its own options.
   explicit GroupedOptimizer(std::vector<Group> groups);
 
   void add_param_group(Group group);
@@ -99,13 +99,13 @@ class GroupedOptimizer : public Optimizer {
     (void)params(group);
     return options_[group];
   }
-  // Checked like add_param_group's.
+  /// Checked like add_param_group's.
   void set_options(size_t group, const Options& options);
 
   void step() override { step(Tensor()); }
-  // CUDA parameters: one fused launch per group, device and dtype (Note [Optimizer step]).
+  /// CUDA parameters: one fused launch per group, device and dtype (Note [Optimizer step]).
   void step(const Tensor& found_inf) override;
-  void refresh_device_lr() override;  // Note [Learning rate on the device]
+  void refresh_device_lr() override;  ///< Note [Learning rate on the device]
 
  protected:
   HyperParams hyper_params(size_t group) const final;
@@ -116,8 +116,8 @@ class GroupedOptimizer : public Optimizer {
  private:
   static HyperParams to_hyper_params(const Options& options);
 
-  std::vector<Options> options_;  // parallel to the parameter groups
-  std::map<std::pair<size_t, int>, Tensor> device_lr_;  // (group, CUDA device) -> 0-dim f64 lr
+  std::vector<Options> options_;  ///< parallel to the parameter groups
+  std::map<std::pair<size_t, int>, Tensor> device_lr_;  ///< (group, CUDA device) -> 0-dim f64 lr
 };
 
 // ---- definitions, instantiated by each optimizer's .cpp (where its Rule is complete) ----

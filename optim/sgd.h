@@ -7,7 +7,7 @@
 
 namespace kiln::optim {
 
-// torch C++ style: SGDOptions(0.1).momentum(0.9).nesterov(true).
+/// torch C++ style: SGDOptions(0.1).momentum(0.9).nesterov(true).
 struct SGDOptions {
   explicit SGDOptions(double lr = 1e-3) : lr_(lr) {}
 
@@ -18,8 +18,8 @@ struct SGDOptions {
   KILN_ARG(double, weight_decay) = 0.0;
 };
 
-// SGD(params, SGDOptions(0.1)) for one group, SGD(std::vector<SGD::Group>) for several; the
-// update math is SGDRule, in sgd.cpp (Note [Optimizer rules]).
+/// SGD(params, SGDOptions(0.1)) for one group, SGD(std::vector<SGD::Group>) for several; the
+/// update math is SGDRule, in sgd.cpp (Note [Optimizer rules]).
 struct SGDRule;
 using SGD = GroupedOptimizer<SGDOptions, SGDRule>;
 extern template class GroupedOptimizer<SGDOptions, SGDRule>;
