@@ -9,9 +9,9 @@
 
 namespace kiln::dist {
 
-// Launches one broadcast from rank 0 per tensor, then waits for all of them. A non-contiguous
-// tensor is broadcast through a contiguous copy written back after the wait. Nothing is recorded
-// for autograd; a group of one rank returns at once.
+/// Launches one broadcast from rank 0 per tensor, then waits for all of them. A non-contiguous
+/// tensor is broadcast through a contiguous copy written back after the wait. Nothing is recorded
+/// for autograd; a group of one rank returns at once.
 void broadcast_from_rank0(ProcessGroup& group, const std::vector<Tensor>& tensors);
 
 }  // namespace kiln::dist

@@ -12,6 +12,8 @@
 
 namespace kiln::dist {
 
+/// Wraps a ProcessGroup and checks, before every collective, that all ranks issue the same one
+/// (KILN_DISTRIBUTED_DEBUG=DETAIL; the file's header).
 class CheckedProcessGroup final : public ProcessGroup {
  public:
   explicit CheckedProcessGroup(std::shared_ptr<ProcessGroup> inner);
@@ -29,7 +31,7 @@ class CheckedProcessGroup final : public ProcessGroup {
 
  private:
   enum class Kind { allreduce = 1, broadcast, allgather, reduce_scatter, barrier };
-  // All-gathers this rank's description of the next collective and fails on a mismatch.
+  /// All-gathers this rank's description of the next collective and fails on a mismatch.
   void check(Kind kind, const Tensor* tensor, int root, ReduceOp op);
 
   std::shared_ptr<ProcessGroup> inner_;

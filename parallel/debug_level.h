@@ -11,11 +11,11 @@ namespace kiln::dist {
 
 enum class DebugLevel { off, info, detail };
 
-// The level the environment asks for (case-insensitive; unset or empty is off); an unknown value
-// fails naming the variable.
+/// The level the environment asks for (case-insensitive; unset or empty is off); an unknown value
+/// fails naming the variable.
 DebugLevel debug_level();
 
-// `group` itself, or at DETAIL a CheckedProcessGroup around it. init_process_group applies it.
+/// `group` itself, or at DETAIL a CheckedProcessGroup around it. init_process_group applies it.
 std::shared_ptr<ProcessGroup> with_debug_checks(std::shared_ptr<ProcessGroup> group, DebugLevel level = debug_level());
 
 }  // namespace kiln::dist

@@ -9,12 +9,13 @@
 
 namespace kiln::dist {
 
+/// What a walk of the backward graph from a forward's outputs found (the file's header).
 struct GraphWalk {
-  // reachable[i]: a gradient can flow from some output to params[i] (its AccumulateGrad node is in
-  // the outputs' backward graph).
+  /// reachable[i]: a gradient can flow from some output to params[i] (its AccumulateGrad node is in
+  /// the outputs' backward graph).
   std::vector<bool> reachable;
-  // The graph holds a re-entrant checkpoint region (Note [Checkpoint recompute]): the parameters
-  // used inside it get their graph only during backward, so "not reachable" proves nothing.
+  /// The graph holds a re-entrant checkpoint region (Note [Checkpoint recompute]): the parameters
+  /// used inside it get their graph only during backward, so "not reachable" proves nothing.
   bool has_checkpoint = false;
 };
 

@@ -14,8 +14,8 @@ namespace kiln::dist {
 
 std::shared_ptr<Store> make_job_store(const EnvInfo& env, Millis timeout);
 
-// The address this rank's node should advertise to its peers when its launcher chose one
-// (KILN_LOCAL_ADDR, set by kiln-run's elastic agent); empty when it did not.
+/// The address this rank's node should advertise to its peers when its launcher chose one
+/// (KILN_LOCAL_ADDR, set by kiln-run's elastic agent); empty when it did not.
 std::string advertised_address();
 
 }  // namespace kiln::dist

@@ -17,19 +17,23 @@ namespace kiln::dist {
 
 enum class ReduceOp { sum, avg, max, min };
 
+/// A collective in flight: wait() for it (c10d's Work).
 class Work {
  public:
   virtual ~Work() = default;
-  // Blocks until done; rethrows the collective's error (kiln::Error) if it failed.
+  /// Blocks until done; rethrows the collective's error (kiln::Error) if it failed.
   virtual void wait() = 0;
   virtual bool is_completed() = 0;
 };
 
+/// Options of ProcessGroup::allreduce: the reduce op.
 struct AllreduceOptions {
   ReduceOp op_ = ReduceOp::sum;
   AllreduceOptions& op(ReduceOp o) { op_ = o; return *this; }
 };
 
+/// A group of ranks and its collectives (c10d's ProcessGroup); each returns a Work to wait on.
+/// Every rank must issue the same collectives in the same order.
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
@@ -40,21 +44,21 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   virtual std::string backend() const = 0;
-  // Where the tensors handed to this group live: the CPU for Gloo, the rank's GPU for NCCL.
+  /// Where the tensors handed to this group live: the CPU for Gloo, the rank's GPU for NCCL.
   virtual Device device() const { return Device::cpu(); }
 
-  // In place on `tensor` (contiguous; same shape and dtype on every rank).
+  /// In place on `tensor` (contiguous; same shape and dtype on every rank).
   virtual std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options = {}) = 0;
-  // In place: every rank ends with root's values.
+  /// In place: every rank ends with root's values.
   virtual std::shared_ptr<Work> broadcast(Tensor& tensor, int root = 0) = 0;
-  // output (size * input.numel(), contiguous) gets every rank's input, rank order.
+  /// output (size * input.numel(), contiguous) gets every rank's input, rank order.
   virtual std::shared_ptr<Work> allgather(Tensor& output, const Tensor& input) = 0;
-  // input (size * output.numel()) is reduced across ranks; rank r keeps chunk r in output.
+  /// input (size * output.numel()) is reduced across ranks; rank r keeps chunk r in output.
   virtual std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input,
                                                const AllreduceOptions& options = {}) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
 
-  // Number of collectives issued so far (the next one's sequence number).
+  /// Number of collectives issued so far (the next one's sequence number).
   uint64_t sequence_number() const { return seq_; }
 
  protected:

@@ -17,46 +17,47 @@
 
 namespace kiln::dist {
 
+/// Options of ShardedOptimizer: the buckets that are sharded.
 struct ShardedOptimizerOptions {
-  KILN_ARG(double, bucket_cap_mb) = 25;       // the flat buckets that are sharded (DDPOptions' units)
+  KILN_ARG(double, bucket_cap_mb) = 25;       ///< the flat buckets that are sharded (DDPOptions' units)
   KILN_ARG(double, first_bucket_cap_mb) = 1;
-  // Explicit buckets instead of the caps: flat parameter indices (registration order over the
-  // groups) per bucket, each index once. FSDP makes one bucket per unit (parallel/fsdp.h).
+  /// Explicit buckets instead of the caps: flat parameter indices (registration order over the
+  /// groups) per bucket, each index once. FSDP makes one bucket per unit (parallel/fsdp.h).
   KILN_ARG(std::vector<std::vector<size_t>>, buckets);
-  // false (FSDP): the parameters are not kept whole between steps, so step() neither reads them
-  // (local_params() is the truth) nor all-gathers them afterwards; each unit gathers before use.
+  /// false (FSDP): the parameters are not kept whole between steps, so step() neither reads them
+  /// (local_params() is the truth) nor all-gathers them afterwards; each unit gathers before use.
   KILN_ARG(bool, gather_parameters) = true;
 };
 
-// Note [Sharded optimizer step]
-// The wrapper registers the full parameters as its own groups (so zero_grad, lr, the LRScheduler
-// and GradScaler::unscale_ see what they would see without sharding), and builds the wrapped
-// optimizer over shard views: for every parameter with elements in this rank's chunks, a 1-D leaf
-// that is a view of this rank's local flat buffer (ShardLayout::local_numel elements). A group
-// with no local elements gets one empty placeholder, so the wrapped optimizer has the same groups
-// and hyper-parameters. step():
-//   0. the shard views take the parameters' current values (one copy of the owned elements), so
-//      whatever changed the parameters since (DDP's broadcast, a loaded checkpoint) is respected;
-//   1. each shard view's .grad is the matching slice of the gradient: of the parameter's full
-//      .grad (ZeRO-1: DDP all-reduced it), or of local_grad() (ZeRO-2: reduce-scattered into it);
-//   2. the wrapped optimizer steps the shard views: its state exists for the shard only;
-//   3. every bucket's chunk is all-gathered (two buckets in flight, so the transient full copy is
-//      at most two buckets) and copied into the parameters.
-// Parameters are f32 (Kiln's autocast casts per op, so there are no separate master weights: the
-// f32 parameters are the master copy; under bf16 autocast nothing else is kept).
+/// Note [Sharded optimizer step]
+/// The wrapper registers the full parameters as its own groups (so zero_grad, lr, the LRScheduler
+/// and GradScaler::unscale_ see what they would see without sharding), and builds the wrapped
+/// optimizer over shard views: for every parameter with elements in this rank's chunks, a 1-D leaf
+/// that is a view of this rank's local flat buffer (ShardLayout::local_numel elements). A group
+/// with no local elements gets one empty placeholder, so the wrapped optimizer has the same groups
+/// and hyper-parameters. step():
+///   0. the shard views take the parameters' current values (one copy of the owned elements), so
+///      whatever changed the parameters since (DDP's broadcast, a loaded checkpoint) is respected;
+///   1. each shard view's .grad is the matching slice of the gradient: of the parameter's full
+///      .grad (ZeRO-1: DDP all-reduced it), or of local_grad() (ZeRO-2: reduce-scattered into it);
+///   2. the wrapped optimizer steps the shard views: its state exists for the shard only;
+///   3. every bucket's chunk is all-gathered (two buckets in flight, so the transient full copy is
+///      at most two buckets) and copied into the parameters.
+/// Parameters are f32 (Kiln's autocast casts per op, so there are no separate master weights: the
+/// f32 parameters are the master copy; under bf16 autocast nothing else is kept).
 class ShardedOptimizer : public optim::Optimizer {
  public:
-  // Builds the wrapped optimizer from the shard views: one vector of tensors per group, in the
-  // order of `groups`.
+  /// Builds the wrapped optimizer from the shard views: one vector of tensors per group, in the
+  /// order of `groups`.
   using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<std::vector<Tensor>> shard_groups)>;
 
-  // Collective only in what step() does; construction issues no collective. Every rank must pass
-  // the same parameters (same shapes, same order) and the same options.
+  /// Collective only in what step() does; construction issues no collective. Every rank must pass
+  /// the same parameters (same shapes, same order) and the same options.
   ShardedOptimizer(std::vector<std::vector<Tensor>> groups, std::shared_ptr<ProcessGroup> group, Factory factory,
                    ShardedOptimizerOptions options = {});
 
-  // ShardedOptimizer::make<optim::AdamW>(params, group, optim::AdamWOptions(1e-3)): the shard groups
-  // get `options` each (use the Factory constructor for per-group options).
+  /// ShardedOptimizer::make<optim::AdamW>(params, group, optim::AdamWOptions(1e-3)): the shard groups
+  /// get `options` each (use the Factory constructor for per-group options).
   template <class Opt, class Options>
   static std::shared_ptr<ShardedOptimizer> make(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> group,
                                                 Options options, ShardedOptimizerOptions sharding = {}) {
@@ -70,55 +71,55 @@ class ShardedOptimizer : public optim::Optimizer {
         sharding);
   }
 
-  // Note [Sharded optimizer step]. Collective (the all-gathers).
+  /// Note [Sharded optimizer step]. Collective (the all-gathers).
   void step() override { step(Tensor()); }
   void step(const Tensor& found_inf) override;
 
-  // Where step() takes the gradients from: the parameters' .grad (ZeRO-1, the default) or
-  // local_grad() (ZeRO-2, set by ShardedReducer).
+  /// Where step() takes the gradients from: the parameters' .grad (ZeRO-1, the default) or
+  /// local_grad() (ZeRO-2, set by ShardedReducer).
   void use_local_grad(bool on) { use_local_grad_ = on; }
   bool uses_local_grad() const { return use_local_grad_; }
-  // This rank's gradient chunks (local_numel elements), allocated on first use.
+  /// This rank's gradient chunks (local_numel elements), allocated on first use.
   Tensor& local_grad();
-  // What step() reads: local_grad() once it holds this step's gradients (ZeRO-2, FSDP; nothing
-  // before), else the parameters' .grad. GradScaler unscales these, so f16 works in every mode.
+  /// What step() reads: local_grad() once it holds this step's gradients (ZeRO-2, FSDP; nothing
+  /// before), else the parameters' .grad. GradScaler unscales these, so f16 works in every mode.
   std::vector<Tensor> step_gradients() const override;
-  // ShardedReducer::finish() marks local_grad() as holding this step's gradients; step() uses it
-  // only then (and clears the mark), so a step without a backward updates nothing, as without ZeRO.
+  /// ShardedReducer::finish() marks local_grad() as holding this step's gradients; step() uses it
+  /// only then (and clears the mark), so a step without a backward updates nothing, as without ZeRO.
   void set_local_grad_ready(bool ready) { local_grad_ready_ = ready; }
-  // This rank's parameter chunks, updated by the wrapped optimizer.
+  /// This rank's parameter chunks, updated by the wrapped optimizer.
   const Tensor& local_params() const { return local_params_; }
   bool gathers_parameters() const { return gather_parameters_; }
 
-  // torch.nn.utils.clip_grad_norm_ over every parameter, computed from the shards: each rank sums
-  // the squares of the gradient elements it owns (in double), one all-reduce adds the ranks'
-  // sums, and every shard gradient is scaled by min(1, max_norm / (total + 1e-6)). Returns the
-  // total norm (0-dim f64). Collective. Call it after the gradients are final, before step();
-  // in ZeRO-1 mode it reads the owned slices of the full .grad (and scales those slices only).
+  /// torch.nn.utils.clip_grad_norm_ over every parameter, computed from the shards: each rank sums
+  /// the squares of the gradient elements it owns (in double), one all-reduce adds the ranks'
+  /// sums, and every shard gradient is scaled by min(1, max_norm / (total + 1e-6)). Returns the
+  /// total norm (0-dim f64). Collective. Call it after the gradients are final, before step();
+  /// in ZeRO-1 mode it reads the owned slices of the full .grad (and scales those slices only).
   Tensor clip_grad_norm(double max_norm);
 
-  // State dicts in Note [Optimizer state_dict]'s format of the FULL parameters, so that a DDP run,
-  // and a sharded run at any world size, load them:
-  // consolidate_state_dict() gathers every rank's shard state (collective); state_dict() then
-  // returns it (torch's ZeroRedundancyOptimizer; it fails when nothing was consolidated since the
-  // last step). load_state_dict() keeps this rank's slices of a full dict (not collective).
+  /// State dicts in Note [Optimizer state_dict]'s format of the FULL parameters, so that a DDP run,
+  /// and a sharded run at any world size, load them:
+  /// consolidate_state_dict() gathers every rank's shard state (collective); state_dict() then
+  /// returns it (torch's ZeroRedundancyOptimizer; it fails when nothing was consolidated since the
+  /// last step). load_state_dict() keeps this rank's slices of a full dict (not collective).
   void consolidate_state_dict();
   optim::NamedTensors state_dict() const override;
   void load_state_dict(const optim::NamedTensors& dict) override;
-  // This rank's shard state: param_groups as above, and for every parameter with local elements
-  // "state.<g>.<i>.step", "state.<g>.<i>.<buffer>" (its local elements, 1-D) and
-  // "shard.<g>.<i>" (i64 [begin, end, numel, shape...]: the flattened parameter's elements it
-  // holds, and the parameter's shape).
+  /// This rank's shard state: param_groups as above, and for every parameter with local elements
+  /// "state.<g>.<i>.step", "state.<g>.<i>.<buffer>" (its local elements, 1-D) and
+  /// "shard.<g>.<i>" (i64 [begin, end, numel, shape...]: the flattened parameter's elements it
+  /// holds, and the parameter's shape).
   optim::NamedTensors local_state_dict() const;
-  // Assembles full state from the local_state_dict()s of every rank of a run (any world size).
+  /// Assembles full state from the local_state_dict()s of every rank of a run (any world size).
   static optim::NamedTensors merge_local_state_dicts(const std::vector<optim::NamedTensors>& shards);
 
   const ShardLayout& layout() const { return layout_; }
-  // Every parameter, in registration order over the groups (the layout's parameter indices).
+  /// Every parameter, in registration order over the groups (the layout's parameter indices).
   const std::vector<Tensor>& flat_parameters() const { return flat_params_; }
   optim::Optimizer& local_optimizer() const { return *inner_; }
   ProcessGroup& process_group() const { return *group_; }
-  // The (group, index) of flat parameter number i (registration order over the groups).
+  /// The (group, index) of flat parameter number i (registration order over the groups).
   std::pair<size_t, size_t> group_index(size_t i) const { return where_[i]; }
 
  protected:
@@ -137,10 +138,10 @@ class ShardedOptimizer : public optim::Optimizer {
 
   std::shared_ptr<ProcessGroup> group_;
   ShardLayout layout_;
-  std::vector<Tensor> flat_params_;                 // every parameter, registration order over the groups
-  std::vector<std::pair<size_t, size_t>> where_;    // flat index -> (group, index)
-  std::vector<std::vector<size_t>> inner_index_;    // (group, index) -> index in the wrapped group, or npos
-  std::vector<Tensor> shard_views_;                 // per flat parameter: its view of local_params_ (or undefined)
+  std::vector<Tensor> flat_params_;                 ///< every parameter, registration order over the groups
+  std::vector<std::pair<size_t, size_t>> where_;    ///< flat index -> (group, index)
+  std::vector<std::vector<size_t>> inner_index_;    ///< (group, index) -> index in the wrapped group, or npos
+  std::vector<Tensor> shard_views_;                 ///< per flat parameter: its view of local_params_ (or undefined)
   Tensor local_params_, local_grad_;
   std::unique_ptr<optim::Optimizer> inner_;
   bool use_local_grad_ = false;

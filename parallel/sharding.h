@@ -12,18 +12,18 @@
 namespace kiln::dist {
 
 enum class Sharding {
-  none,   // DDP: parameters, gradients and optimizer state replicated
-  zero1,  // optimizer state sharded (ShardedOptimizer over DDP's all-reduced gradients)
-  zero2,  // optimizer state and gradients sharded (ShardedReducer's reduce-scatter per bucket)
-  full,   // FSDP / ZeRO-3: parameters sharded too (FullyShardedDataParallel, fsdp.h)
+  none,   ///< DDP: parameters, gradients and optimizer state replicated
+  zero1,  ///< optimizer state sharded (ShardedOptimizer over DDP's all-reduced gradients)
+  zero2,  ///< optimizer state and gradients sharded (ShardedReducer's reduce-scatter per bucket)
+  full,   ///< FSDP / ZeRO-3: parameters sharded too (FullyShardedDataParallel, fsdp.h)
 };
 
-const char* sharding_name(Sharding s);  // "none", "zero1", "zero2", "full"
-// Parses sharding_name()'s strings; fails listing them.
+const char* sharding_name(Sharding s);  ///< "none", "zero1", "zero2", "full"
+/// Parses sharding_name()'s strings; fails listing them.
 Sharding parse_sharding(const std::string& name);
 
-// A ShardedOptimizer that does what `like` (an SGD or AdamW, not stepped yet) would: the same
-// kind, groups, hyper-parameters and initial_lr, over the same parameters.
+/// A ShardedOptimizer that does what `like` (an SGD or AdamW, not stepped yet) would: the same
+/// kind, groups, hyper-parameters and initial_lr, over the same parameters.
 std::shared_ptr<ShardedOptimizer> shard_optimizer(const optim::Optimizer& like, std::shared_ptr<ProcessGroup> group,
                                                   ShardedOptimizerOptions options = {});
 
