@@ -19,10 +19,10 @@ namespace kiln::data {
 // decoding gives back the original bytes exactly, valid or not. On valid UTF-8 the pieces are
 // exactly the regex's.
 
-// The end (byte offset) of the piece that starts at `begin` (< text.size()).
+/// The end (byte offset) of the piece that starts at `begin` (< text.size()).
 size_t gpt2_piece_end(std::string_view text, size_t begin);
 
-// All pieces of `text`, in order; their concatenation is `text`.
+/// All pieces of `text`, in order; their concatenation is `text`.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
 }  // namespace kiln::data

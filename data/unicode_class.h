@@ -12,31 +12,32 @@ namespace kiln::data::unicode {
 
 enum class CharClass : uint8_t { kOther = 0, kLetter, kNumber, kSpace };
 
+/// The code points [first, last] that all have class `cls`.
 struct ClassRange {
-  uint32_t first, last;  // inclusive
+  uint32_t first, last;  ///< inclusive
   CharClass cls;
 };
 
-extern const char* const kUnicodeVersion;  // of the generated table, e.g. "14.0.0"
+extern const char* const kUnicodeVersion;  ///< of the generated table, e.g. "14.0.0"
 extern const int kClassRangeCount;
-extern const ClassRange kClassRanges[];  // sorted, disjoint; code points not listed are kOther
+extern const ClassRange kClassRanges[];  ///< sorted, disjoint; code points not listed are kOther
 
-// The class of one code point (0 .. 0x10FFFF; anything above is kOther).
+/// The class of one code point (0 .. 0x10FFFF; anything above is kOther).
 CharClass char_class(uint32_t cp);
 
-// One character read from a byte string: a well-formed UTF-8 sequence (shortest form, no
-// surrogates, at most U+10FFFF) gives its code point; any other byte is one character of its own
-// with `valid` false (its class is kOther).
+/// One character read from a byte string: a well-formed UTF-8 sequence (shortest form, no
+/// surrogates, at most U+10FFFF) gives its code point; any other byte is one character of its own
+/// with `valid` false (its class is kOther).
 struct Utf8Char {
   uint32_t cp = 0;
-  uint8_t bytes = 1;  // 1..4
+  uint8_t bytes = 1;  ///< 1..4
   bool valid = true;
 };
 
-// The character starting at s[i] (i < s.size()).
+/// The character starting at s[i] (i < s.size()).
 Utf8Char read_utf8(std::string_view s, size_t i);
 
-// The class of the character starting at s[i], and its length in bytes.
+/// The class of the character starting at s[i], and its length in bytes.
 inline CharClass class_at(std::string_view s, size_t i, size_t* bytes) {
   auto c = static_cast<unsigned char>(s[i]);
   if (c < 0x80) {

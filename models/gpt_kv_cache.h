@@ -18,13 +18,15 @@
 
 namespace kiln::models {
 
+/// The keys and values of every layer for the tokens seen so far, for incremental decoding with a
+/// GPT (the file's header).
 class GPTKVCache {
  public:
-  // Keys and values (batch, n_head, block_size, head_dim) per layer, on the model's device, in the
-  // dtype of its parameters.
+  /// Keys and values (batch, n_head, block_size, head_dim) per layer, on the model's device, in the
+  /// dtype of its parameters.
   GPTKVCache(const GPT& model, int64_t batch);
 
-  // idx (batch, t) of token ids for the next t positions -> logits (batch, t, padded_vocab_size).
+  /// idx (batch, t) of token ids for the next t positions -> logits (batch, t, padded_vocab_size).
   Tensor forward(const Tensor& idx);
 
   int64_t length() const { return length_; }
@@ -36,7 +38,7 @@ class GPTKVCache {
 
   const GPT* model_;
   int64_t batch_, capacity_, length_ = 0;
-  std::vector<Tensor> keys_, values_;  // per layer (B, H, capacity, D)
+  std::vector<Tensor> keys_, values_;  ///< per layer (B, H, capacity, D)
 };
 
 }  // namespace kiln::models
