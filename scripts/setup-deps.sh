@@ -10,6 +10,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libdnnl-dev ocl-icd-opencl-dev  # oneDNN 2.6 (its CMake package needs OpenCL): CPU convolutions
                                       # and f32 GEMM; cmake -DKILN_ONEDNN=OFF builds without
       python3 python3-torch
+      doxygen  # the API reference (scripts/api-docs.sh, ctest docs_api; skipped without)
       iproute2  # ip netns: the multi-host tests (tests/parallel/netns_elastic.sh; skipped without)
       qemu-user  # qemu-x86_64: the CPU-capability suite on emulated older CPUs (core_cpu_capability_on_*)
       clang-16 libclang-rt-16-dev libomp-16-dev  # the ASan suite and the fuzz harnesses, one tree
