@@ -22,7 +22,7 @@ cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" 2>&1 ||
 rm -rf "$out/html"  # only what Doxygen writes (HTML_OUTPUT = html)
 mkdir -p "$out"
 status=0
-KILN_API_INPUT="$work/prefix/include/kiln" KILN_API_STRIP="$work/prefix/include" KILN_API_OUTPUT="$out" \
+KILN_API_ROOT="$root" KILN_API_INPUT="$work/prefix/include/kiln" KILN_API_STRIP="$work/prefix/include" KILN_API_OUTPUT="$out" \
   doxygen "$root/docs/Doxyfile" >"$work/doxygen.log" 2>"$work/warnings.log" || status=$?
 if [ -s "$work/warnings.log" ] || [ "$status" -ne 0 ]; then
   # Paths as an embedder includes them (kiln/core/tensor.h), not the temporary prefix.
