@@ -81,7 +81,7 @@ GPTMemoryEstimate estimate_gpt_training_memory(const GPTConfig& config, int64_t 
     const int64_t copy = copies ? l * v * c : 0;  // the head weight's 16-bit copy, kept by the product
     m.head = ln_f + l * c * n + l * v * n + 4 * n + copy;  // ln_f's output, logits (N, V), lse
     // dlogits, the padded slice's zero-filled copy when V is padded, dx, and dW in l then in f32.
-    m.head_transient = l * vocab * n + (v != vocab ? l * v * n : 0) + l * c * n + (l + (e != l ? e : 0)) * v * c;
+    m.head_transient = l * vocab * n + (v != vocab ? l * v * n : 0) + l * c * n + (l + e) * v * c;
   }
   // One block's backward, net of the activations it frees as it goes: the residual's gradient and its
   // layer norm's (e*C each), the MLP's 4C-wide gradient (4*l*C) and the composed attention's (T, T)
