@@ -68,7 +68,7 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(Tensor leaf) : Node(1), leaf_(std::move(leaf)) {}
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   std::string name() const override { return "AccumulateGrad"; }
-  void release() override {}  // shared by every graph over this leaf: never spent
+  void release() override {}  ///< shared by every graph over this leaf: never spent
   const Tensor& leaf() const { return leaf_; }
 
  private:

@@ -22,9 +22,9 @@ class Generator {
     seed_ = seed;
     offset_ = 0;
   }
-  uint64_t seed() const { return seed_; }
-  uint64_t offset() const { return offset_; }
-  void set_offset(uint64_t offset) { offset_ = offset; }
+  uint64_t seed() const { return seed_; }  ///< the seed
+  uint64_t offset() const { return offset_; }  ///< counters used so far: the next draw starts here
+  void set_offset(uint64_t offset) { offset_ = offset; }  ///< resumes a stream (e.g. from a checkpoint)
 
   /// Reserves `n` counters and returns the first; the caller uses (seed(), first + i).
   uint64_t advance(uint64_t n) {

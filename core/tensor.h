@@ -43,7 +43,7 @@ class TensorImpl {
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   const Shape& shape() const { return shape_; }
   const Strides& strides() const { return strides_; }
-  int64_t offset() const { return offset_; }  // in elements
+  int64_t offset() const { return offset_; }  ///< in elements
   DType dtype() const { return dtype_; }
 
   /// Takes src's storage, shape, strides, offset and dtype; this impl's autograd meta stays.
@@ -73,9 +73,9 @@ class Tensor {
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  bool defined() const { return impl_ != nullptr; }
+  bool defined() const { return impl_ != nullptr; }  ///< false for a default-constructed Tensor
   TensorImpl* impl() const { return impl_.get(); }
-  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }  ///< the same TensorImpl (not equal values)
   /// True when this handle is the only one to its tensor and the tensor the only one over its
   /// storage, which it fills exactly: nobody else can see a write to it (autograd steals such
   /// gradients instead of copying them).
@@ -83,17 +83,17 @@ class Tensor {
 
   /// Metadata.
   const Shape& shape() const { return checked("shape").shape(); }
-  const Strides& strides() const { return checked("strides").strides(); }
-  int64_t dim() const { return checked("dim").shape().ndim(); }
-  int64_t size(int64_t d) const;
-  int64_t stride(int64_t d) const;
-  int64_t numel() const { return shape_numel(checked("numel").shape()); }
-  int64_t offset() const { return checked("offset").offset(); }
-  DType dtype() const { return checked("dtype").dtype(); }
-  Device device() const { return checked("device").storage()->device(); }
-  size_t element_size() const { return dtype_size(checked("element_size").dtype()); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
-  bool is_contiguous() const;
+  const Strides& strides() const { return checked("strides").strides(); }  ///< in elements
+  int64_t dim() const { return checked("dim").shape().ndim(); }  ///< number of dimensions
+  int64_t size(int64_t d) const;  ///< extent of dim d (negative counts from the end)
+  int64_t stride(int64_t d) const;  ///< stride of dim d, in elements
+  int64_t numel() const { return shape_numel(checked("numel").shape()); }  ///< number of elements
+  int64_t offset() const { return checked("offset").offset(); }  ///< first element in the storage, in elements
+  DType dtype() const { return checked("dtype").dtype(); }  ///< element type
+  Device device() const { return checked("device").storage()->device(); }  ///< its storage's device
+  size_t element_size() const { return dtype_size(checked("element_size").dtype()); }  ///< bytes per element
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }  ///< numel() * element_size()
+  bool is_contiguous() const;  ///< row-major with no gaps
   const std::shared_ptr<Storage>& storage() const { return checked("storage").storage(); }
 
   /// Pointer to the first element (storage base + offset).
@@ -110,19 +110,19 @@ class Tensor {
   /// Views: no copy; the result shares storage with *this.
   Tensor view(const Shape& shape) const;  ///< -1 infers one dim; fails if the strides do not allow it
   Tensor reshape(const Shape& shape) const;  ///< a view when possible, else a contiguous copy
-  Tensor transpose(int64_t dim0, int64_t dim1) const;
-  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;  ///< dims swapped
+  Tensor permute(const Shape& dims) const;  ///< dims reordered
   Tensor t() const;  ///< 2-D transpose
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  ///< python-like clamping
-  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
-  Tensor select(int64_t dim, int64_t index) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;  ///< length entries of dim from start
+  Tensor select(int64_t dim, int64_t index) const;  ///< one index of dim, which is removed
   Tensor expand(const Shape& shape) const;  ///< -1 keeps a dim; broadcast dims get stride 0
   Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
-  Tensor squeeze() const;
-  Tensor squeeze(int64_t dim) const;
-  Tensor unsqueeze(int64_t dim) const;
-  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
-  Tensor as_strided(const Shape& shape, const Strides& strides, int64_t offset) const;
+  Tensor squeeze() const;  ///< without its size-1 dims
+  Tensor squeeze(int64_t dim) const;  ///< without dim, if its size is 1
+  Tensor unsqueeze(int64_t dim) const;  ///< a size-1 dim inserted at dim
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;  ///< dims start..end as one
+  Tensor as_strided(const Shape& shape, const Strides& strides, int64_t offset) const;  ///< any view of the storage
 
   /// Copies.
   Tensor contiguous() const;  ///< *this when already contiguous
@@ -135,8 +135,8 @@ class Tensor {
   Tensor to(Device device, DType dtype) const { return to(device).to(dtype); }
   /// src broadcast to this shape, converted to this dtype; non_blocking as for to(Device).
   Tensor& copy_(const Tensor& src, bool non_blocking = false);
-  Tensor& fill_(double value);
-  Tensor& zero_() { return fill_(0.0); }
+  Tensor& fill_(double value);  ///< every element set to value
+  Tensor& zero_() { return fill_(0.0); }  ///< fill_(0)
 
   /// Page-locked host memory (CUDA builds): a contiguous copy of this CPU tensor in pinned memory,
   /// which host <-> device copies read and write asynchronously; *this when already pinned.
@@ -151,13 +151,13 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const;
 
-  std::string str() const;
+  std::string str() const;  ///< shape, dtype, device and values, for printing
 
   /// Autograd. Declared here so a PyTorch user finds them as methods; defined by kiln_autograd
   /// (autograd/tensor_methods.cpp), which every program linking kiln::kiln has. Core itself
   /// never calls them. See Note [Autograd and core views] in autograd/view_hook.cpp, in the source tree.
   bool requires_grad() const;
-  Tensor& requires_grad_(bool requires_grad = true);
+  Tensor& requires_grad_(bool requires_grad = true);  ///< leaves only; returns *this
   bool is_leaf() const;  ///< no grad_fn: created by the user, or under no_grad, or detached
   Tensor grad() const;   ///< the accumulated gradient of a leaf (undefined until a backward)
   void set_grad(const Tensor& grad) const;  ///< replaces .grad; an undefined tensor clears it

@@ -63,8 +63,8 @@ class Gpt2Tokenizer {
   /// The BPE of one piece's bytes (no pre-tokenization): the merges applied by rank.
   std::vector<uint32_t> bpe(std::string_view piece) const;
 
-  size_t vocab_size() const { return bytes_of_.size(); }  // 50257 for GPT-2
-  size_t merge_count() const { return merges_.size(); }  // 50000 for GPT-2
+  size_t vocab_size() const { return bytes_of_.size(); }  ///< 50257 for GPT-2
+  size_t merge_count() const { return merges_.size(); }  ///< 50000 for GPT-2
   uint32_t end_of_text() const { return end_of_text_; }
 
  private:

@@ -28,7 +28,7 @@ class DistributedSampler {
 
   /// This rank's indices for the current epoch (num_samples() of them).
   std::vector<int64_t> indices() const;
-  int64_t num_samples() const { return num_samples_; }  // per rank (torch's len(sampler))
+  int64_t num_samples() const { return num_samples_; }  ///< per rank (torch's len(sampler))
   int64_t total_size() const { return num_samples_ * world_size_; }
   int64_t size() const { return num_samples_; }
 

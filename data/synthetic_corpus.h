@@ -45,7 +45,7 @@ class SyntheticCorpus {
 
   /// The next n tokens of the stream (continues where the previous call stopped).
   std::vector<uint16_t> generate(int64_t n);
-  int64_t position() const { return position_; }  // tokens generated so far
+  int64_t position() const { return position_; }  ///< tokens generated so far
 
   /// The conditional entropy of a token given its unbounded past, in nats/token (see the Note).
   double entropy_floor() const;

@@ -68,14 +68,14 @@ class TokenLoader {
   /// mean other windows) and that position <= N.
   std::string cursor() const;
   void set_cursor(const std::string& cursor);
-  void reset() { epoch_ = 0; position_ = 0; }  // back to the start (validation passes)
+  void reset() { epoch_ = 0; position_ = 0; }  ///< back to the start (validation passes)
 
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return position_; }
-  int64_t num_windows() const { return num_windows_; }                  // N
-  int64_t num_tokens() const { return num_tokens_; }                    // over all shards
-  int64_t batches_per_epoch() const { return num_windows_ / global_batch_; }  // global steps
-  int64_t global_batch_windows() const { return global_batch_; }       // world_size * B
+  int64_t num_windows() const { return num_windows_; }                  ///< N
+  int64_t num_tokens() const { return num_tokens_; }                    ///< over all shards
+  int64_t batches_per_epoch() const { return num_windows_ / global_batch_; }  ///< global steps
+  int64_t global_batch_windows() const { return global_batch_; }       ///< world_size * B
   const std::vector<std::string>& shard_paths() const { return paths_; }
   const TokenLoaderOptions& options() const { return options_; }
 

@@ -38,7 +38,7 @@ class TokenShard {
   TokenShard& operator=(const TokenShard&) = delete;
 
   const std::string& path() const { return path_; }
-  int64_t size() const { return size_; }  // tokens
+  int64_t size() const { return size_; }  ///< tokens
   const uint16_t* data() const { return tokens_; }
   std::span<const uint16_t> tokens() const { return {tokens_, static_cast<size_t>(size_)}; }
   uint16_t operator[](int64_t i) const { return tokens_[i]; }

@@ -38,8 +38,8 @@ struct CifarCnnConfig {
 
   CifarCnnConfig& widths(std::vector<int64_t> w) { widths_ = std::move(w); return *this; }
 
-  static CifarCnnConfig standard() { return {}; }                    // 64/256/256
-  static CifarCnnConfig tiny() { return CifarCnnConfig().widths({16, 32, 32}); }  // CPU tests
+  static CifarCnnConfig standard() { return {}; }                    ///< 64/256/256
+  static CifarCnnConfig tiny() { return CifarCnnConfig().widths({16, 32, 32}); }  ///< CPU tests
 };
 
 /// conv1 (3x3, pad 1) -> max_pool2d(2) -> norm1 -> GELU -> conv2 (3x3, pad 1) -> norm2 -> GELU.

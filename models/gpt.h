@@ -197,8 +197,8 @@ class GPT : public nn::Module {
   /// "number of parameters: 124.48M (124,475,904; non-embedding 123.69M)".
   void print_num_parameters(std::ostream& os) const;
 
-  const GPTConfig& config() const { return config_; }
-  Tensor lm_head_weight() const { return transformer->wte->weight; }
+  const GPTConfig& config() const { return config_; }  ///< the architecture
+  Tensor lm_head_weight() const { return transformer->wte->weight; }  ///< wte's weight (Note [Tied LM head])
   /// Masks for every dropout in the model come from here (seeded by options.seed).
   Generator& dropout_generator() { return *dropout_gen_; }
 
@@ -208,20 +208,20 @@ class GPT : public nn::Module {
   /// memory). Gradients, dropout masks and losses are the same as without it (Note [Checkpoint
   /// recompute]). set_recompute(true) is block.
   void set_recompute(bool on) { set_recompute(on ? GPTRecompute::block : GPTRecompute::none); }
-  void set_recompute(GPTRecompute mode);
-  bool recompute() const { return recompute_ != GPTRecompute::none; }
-  GPTRecompute recompute_mode() const { return recompute_; }
+  void set_recompute(GPTRecompute mode);  ///< which pieces are recomputed
+  bool recompute() const { return recompute_ != GPTRecompute::none; }  ///< any recomputation on
+  GPTRecompute recompute_mode() const { return recompute_; }  ///< which
 
   /// The chunked LM head + cross entropy in loss() (GPTFusedHead).
   void set_fused_head(GPTFusedHead mode) { fused_head_ = mode; }
-  GPTFusedHead fused_head() const { return fused_head_; }
+  GPTFusedHead fused_head() const { return fused_head_; }  ///< the current mode
   /// The final layer norm's output (B, T, C): forward() without the LM head.
   Tensor hidden(const Tensor& idx);
 
   std::string name() const override { return "GPT"; }
   std::string extra_repr() const override;
 
-  std::shared_ptr<GPTTransformer> transformer;
+  std::shared_ptr<GPTTransformer> transformer;  ///< wte, wpe, the blocks h and ln_f (HF names)
 
  private:
   GPTConfig config_;

@@ -34,12 +34,12 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// The type name printed by operator<< ("Linear"), and its configuration ("in_features=5, ...").
   virtual std::string name() const { return "Module"; }
-  virtual std::string extra_repr() const { return ""; }
+  virtual std::string extra_repr() const { return ""; }  ///< what print() shows in Name(...)
 
   /// Registration. Names are non-empty, contain no '.', and are unique among this module's
   /// parameters, buffers and children. Each returns what it registered (the same handle).
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
-  Tensor register_buffer(const std::string& name, Tensor tensor);
+  Tensor register_buffer(const std::string& name, Tensor tensor);  ///< state that is not trained (BatchNorm stats)
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     register_child(name, module);
@@ -48,22 +48,22 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// Recursive, with dotted names; see Note [Module registry order].
   NamedTensors named_parameters(bool recurse = true) const;
-  std::vector<Tensor> parameters(bool recurse = true) const;
-  NamedTensors named_buffers(bool recurse = true) const;
-  std::vector<Tensor> buffers(bool recurse = true) const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
-  std::vector<std::shared_ptr<Module>> children() const;
+  std::vector<Tensor> parameters(bool recurse = true) const;  ///< named_parameters() without the names
+  NamedTensors named_buffers(bool recurse = true) const;  ///< buffers, with dotted names
+  std::vector<Tensor> buffers(bool recurse = true) const;  ///< named_buffers() without the names
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }  ///< direct children
+  std::vector<std::shared_ptr<Module>> children() const;  ///< direct children, unnamed
   /// This module (named "") and every descendant, depth first.
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
 
   /// The parameter/buffer registered here under `name` (no dots); fails listing the known names.
   Tensor parameter(const std::string& name) const;
-  Tensor buffer(const std::string& name) const;
+  Tensor buffer(const std::string& name) const;  ///< the same for a buffer
 
   /// Training flag (Dropout, BatchNorm read it), set on this module and every descendant.
   void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return training_; }
+  void eval() { train(false); }  ///< train(false)
+  bool is_training() const { return training_; }  ///< this module's flag
 
   /// Moves/casts every parameter and buffer, recursively. The data is swapped inside each tensor
   /// (Tensor::set_data, torch's `param.data = ...`), so every handle to a parameter -- the
@@ -71,8 +71,8 @@ class Module : public std::enable_shared_from_this<Module> {
   /// hooks are kept and an existing .grad is moved/cast too. to(DType) casts floating tensors only
   /// (num_batches_tracked stays i64).
   void to(Device device);
-  void to(DType dtype);
-  void to(Device device, DType dtype);
+  void to(DType dtype);  ///< floating tensors only
+  void to(Device device, DType dtype);  ///< both
 
   /// Clears every parameter's .grad (set_to_none) or fills it with zeros.
   void zero_grad(bool set_to_none = true);
@@ -83,7 +83,7 @@ class Module : public std::enable_shared_from_this<Module> {
   /// only when strict), shape and dtype mismatches, duplicate or undefined entries -- is gathered
   /// and reported in one kiln::Error; nothing is copied unless all checks pass.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
-  void load_state_dict(const NamedTensors& state, bool strict = true);
+  void load_state_dict(const NamedTensors& state, bool strict = true);  ///< the same from a list
 
   /// Prints the tree: Name(extra_repr) with one indented "(child): ..." line per child.
   void print(std::ostream& os, int indent = 0) const;
@@ -94,8 +94,8 @@ class Module : public std::enable_shared_from_this<Module> {
   /// blocks so and CifarCnn its conv groups, which is what lets FSDP wrap them (parallel/fsdp.h).
   using ForwardPreHook = std::function<void(Module&)>;
   using ForwardHook = std::function<void(Module&, const Tensor& output)>;
-  void register_forward_pre_hook(ForwardPreHook hook) { forward_pre_hooks_.push_back(std::move(hook)); }
-  void register_forward_hook(ForwardHook hook) { forward_hooks_.push_back(std::move(hook)); }
+  void register_forward_pre_hook(ForwardPreHook hook) { forward_pre_hooks_.push_back(std::move(hook)); }  ///< runs before forward
+  void register_forward_hook(ForwardHook hook) { forward_hooks_.push_back(std::move(hook)); }  ///< runs after, with the output
   void run_forward_pre_hooks() {
     for (auto& h : forward_pre_hooks_) h(*this);
   }

@@ -95,13 +95,13 @@ class Optimizer {
   /// reduce-scattered shard) returns those tensors instead.
   virtual std::vector<Tensor> step_gradients() const;
 
-  size_t num_param_groups() const { return params_.size(); }
-  const std::vector<Tensor>& params(size_t group) const;
-  double lr(size_t group) const { return hyper_params(group).at("lr"); }
-  void set_lr(size_t group, double lr);
+  size_t num_param_groups() const { return params_.size(); }  ///< parameter groups
+  const std::vector<Tensor>& params(size_t group) const;  ///< the group's parameters
+  double lr(size_t group) const { return hyper_params(group).at("lr"); }  ///< the group's learning rate
+  void set_lr(size_t group, double lr);  ///< what a scheduler calls
   /// The base lr an LRScheduler scales (torch's group["initial_lr"]); NaN until one records it.
   double initial_lr(size_t group) const;
-  void set_initial_lr(size_t group, double lr);
+  void set_initial_lr(size_t group, double lr);  ///< set by LRScheduler
 
   /// State of parameter `index` of `group` (step 0 and no buffers before its first update). For a
   /// CUDA parameter, reading `step` from the device costs a host sync.
@@ -111,7 +111,7 @@ class Optimizer {
   virtual NamedTensors state_dict() const;
   /// Throws kiln::Error naming the problem (and changes nothing) when `dict` does not fit.
   virtual void validate_state_dict(const NamedTensors& dict) const;
-  virtual void load_state_dict(const NamedTensors& dict);
+  virtual void load_state_dict(const NamedTensors& dict);  ///< validates, then loads (Note above)
 
   /// Group `group`'s hyper-parameters by name, and their update (checked as add_param_group's);
   /// the names of the state buffers each parameter of the group holds once updated.
@@ -124,7 +124,7 @@ class Optimizer {
 
  protected:
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
-  void set_name(std::string name) { name_ = std::move(name); }  // a wrapper takes the wrapped one's
+  void set_name(std::string name) { name_ = std::move(name); }  ///< a wrapper takes the wrapped one's
 
   /// Derived classes describe their hyper-parameters; the base stores and serialises them.
   virtual HyperParams hyper_params(size_t group) const = 0;

@@ -118,7 +118,7 @@ class DistributedDataParallel {
   /// Gradient accumulation: while off (or inside a no_sync() guard) backward only accumulates into
   /// .grad; the next backward with sync on reduces the sum, one all-reduce per bucket.
   void set_require_backward_grad_sync(bool sync) { reducer_->set_require_backward_grad_sync(sync); }
-  bool require_backward_grad_sync() const { return reducer_->require_backward_grad_sync(); }
+  bool require_backward_grad_sync() const { return reducer_->require_backward_grad_sync(); }  ///< the current setting
 
   /// What no_sync() returns: gradient synchronization is off while it lives and restored after.
   class NoSyncGuard {
@@ -148,7 +148,7 @@ class DistributedDataParallel {
   /// see Note [Join] in parallel/ddp_join.cpp, in the source tree.
   void join(const std::function<void()>& body, JoinOptions options = {},
             const std::function<void()>& on_shadow_step = nullptr);
-  bool join_active() const { return join_.has_value(); }
+  bool join_active() const { return join_.has_value(); }  ///< inside join()
 
   /// Replaces the default all-reduce for every bucket (comm_hooks.h); before the first backward.
   void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
@@ -159,9 +159,9 @@ class DistributedDataParallel {
     register_comm_hook(with_state(std::move(state), hook));
   }
 
-  const DDPOptions& options() const { return options_; }
-  ProcessGroup& process_group() const { return *group_; }
-  Reducer& reducer() const { return *reducer_; }
+  const DDPOptions& options() const { return options_; }  ///< as constructed
+  ProcessGroup& process_group() const { return *group_; }  ///< the group gradients are averaged over
+  Reducer& reducer() const { return *reducer_; }  ///< the buckets and their statistics
 
  private:
   void verify_same_model_across_ranks();

@@ -41,9 +41,9 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  virtual std::string backend() const = 0;
+  int rank() const { return rank_; }  ///< this process's rank, 0..size()-1
+  int size() const { return size_; }  ///< the number of ranks
+  virtual std::string backend() const = 0;  ///< "gloo" or "nccl" (as the group names itself)
   /// Where the tensors handed to this group live: the CPU for Gloo, the rank's GPU for NCCL.
   virtual Device device() const { return Device::cpu(); }
 
@@ -56,7 +56,7 @@ class ProcessGroup {
   /// input (size * output.numel()) is reduced across ranks; rank r keeps chunk r in output.
   virtual std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input,
                                                const AllreduceOptions& options = {}) = 0;
-  virtual std::shared_ptr<Work> barrier() = 0;
+  virtual std::shared_ptr<Work> barrier() = 0;  ///< completes once every rank has entered it
 
   /// Number of collectives issued so far (the next one's sequence number).
   uint64_t sequence_number() const { return seq_; }

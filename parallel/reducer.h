@@ -85,7 +85,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   /// All-reduces of buckets launched in the current (or last finished) synced iteration, and ever.
   int64_t allreduces_this_iteration() const { return launched_this_iteration_; }
   int64_t allreduces_total() const { return launched_total_; }
-  int64_t iteration() const { return iteration_; }  // synced backward passes started
+  int64_t iteration() const { return iteration_; }  ///< synced backward passes started
   int64_t bucket_rebuilds() const { return rebuilds_; }
   /// Gradients copied from a tensor of their own into their bucket slice, ever: every gradient of
   /// every synced backward in copy mode; with gradient_as_bucket_view only a parameter's first

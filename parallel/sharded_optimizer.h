@@ -128,7 +128,7 @@ class ShardedOptimizer : public optim::Optimizer {
     inner_->set_hyper_parameters(group, values);
   }
   std::vector<std::string> state_keys(const optim::HyperParams&) const override;
-  void check_hyper_params(const optim::HyperParams&) const override {}  // the wrapped optimizer checks
+  void check_hyper_params(const optim::HyperParams&) const override {}  ///< the wrapped optimizer checks
 
  private:
   void set_shard_grads();

@@ -19,7 +19,7 @@ inline constexpr Millis kDefaultTimeout = std::chrono::minutes(5);
 class Store {
  public:
   virtual ~Store() = default;
-  virtual void set(const std::string& key, const Bytes& value) = 0;
+  virtual void set(const std::string& key, const Bytes& value) = 0;  ///< stores (or overwrites) key
   /// Blocks until the key exists (or the timeout passes: kiln::Error naming the key).
   virtual Bytes get(const std::string& key) = 0;
   /// Atomically adds `delta` to the integer stored at key (0 when absent); returns the new value.
@@ -29,10 +29,10 @@ class Store {
   /// True when the key exists now (no waiting).
   virtual bool check(const std::string& key) = 0;
 
-  void set_timeout(Millis timeout) { timeout_ = timeout; }
-  Millis timeout() const { return timeout_; }
+  void set_timeout(Millis timeout) { timeout_ = timeout; }  ///< get()'s wait
+  Millis timeout() const { return timeout_; }  ///< get()'s wait
 
-  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
+  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }  ///< a string value
   std::string get_string(const std::string& key) {
     Bytes b = get(key);
     return std::string(b.begin(), b.end());

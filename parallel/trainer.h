@@ -172,22 +172,22 @@ class Trainer {
 
   /// With cuda_graph: whether the step is captured, and how many steps replayed it.
   bool graph_captured() const;
-  int64_t graph_replays() const;
+  int64_t graph_replays() const;  ///< steps replayed from the graph
 
-  bool is_main() const { return rank_ == 0; }
-  int rank() const { return rank_; }
-  int world_size() const { return world_; }
-  int64_t global_step() const { return global_step_; }
-  double lr() const { return optimizer_->lr(0); }
+  bool is_main() const { return rank_ == 0; }  ///< rank 0 (logs, writes checkpoint indexes)
+  int rank() const { return rank_; }  ///< this process's rank
+  int world_size() const { return world_; }  ///< the number of ranks
+  int64_t global_step() const { return global_step_; }  ///< optimizer steps taken (restored by load_checkpoint)
+  double lr() const { return optimizer_->lr(0); }  ///< group 0's current learning rate
 
-  nn::Module& model() const { return *model_; }
-  optim::Optimizer& optimizer() const { return *optimizer_; }
-  optim::LRScheduler& scheduler() { return scheduler_; }
-  optim::GradScaler& grad_scaler() { return scaler_; }  // disabled unless amp is f16
-  DistributedDataParallel* ddp() const { return ddp_.get(); }  // null without DDP
-  ShardedOptimizer* sharded_optimizer() const { return sharded_.get(); }  // null unless sharded
-  FullyShardedDataParallel* fsdp() const { return fsdp_.get(); }          // null unless sharding full
-  const TrainerOptions& options() const { return options_; }
+  nn::Module& model() const { return *model_; }  ///< the model being trained
+  optim::Optimizer& optimizer() const { return *optimizer_; }  ///< as passed (or its sharded wrapper)
+  optim::LRScheduler& scheduler() { return scheduler_; }  ///< the schedule, stepped by step()
+  optim::GradScaler& grad_scaler() { return scaler_; }  ///< disabled unless amp is f16
+  DistributedDataParallel* ddp() const { return ddp_.get(); }  ///< null without DDP
+  ShardedOptimizer* sharded_optimizer() const { return sharded_.get(); }  ///< null unless sharded
+  FullyShardedDataParallel* fsdp() const { return fsdp_.get(); }          ///< null unless sharding full
+  const TrainerOptions& options() const { return options_; }  ///< as constructed
 
  private:
   /// What a step's device work leaves for the host side: this rank's mean loss (0-dim f64), the

@@ -68,7 +68,7 @@ class WorkerGroup {
   /// 0, the first failure's status, or 128 + the signal received.
   int result() const { return stop_signal_ != 0 ? 128 + stop_signal_ : failure_status_; }
   bool failed() const { return failure_status_ != 0; }
-  const std::string& failure() const { return failure_; }  // "rank 1 (local rank 1, pid 42) failed: ..."
+  const std::string& failure() const { return failure_; }  ///< "rank 1 (local rank 1, pid 42) failed: ..."
   int failed_rank() const { return failed_rank_; }
   int stop_signal() const { return stop_signal_; }
 
