@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CPU tests with a sanitizer and runs them (README, "Sanitizers and fuzzers").
 #   scripts/sanitize.sh asan  [ctest args]   ASan + UBSan, build-asan/; every cpu test but the
-#                                            install test and six long training runs (below)
+#                                            install test and seven long training runs (below)
 #   scripts/sanitize.sh ubsan [ctest args]   UBSan alone (no ASan slow-down), build-ubsan/
 #   scripts/sanitize.sh tsan  [ctest args]   TSan, build-tsan/; the threaded tests: labels dist and
 #                                            data, the autograd thread tests and the apps' DDP runs
@@ -18,14 +18,14 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mode=${1:-}
 shift || true
 case $mode in
-  # Without KILN_SANITIZE_ALL=1, ASan skips six long training runs that compare final losses or
+  # Without KILN_SANITIZE_ALL=1, ASan skips seven long training runs that compare final losses or
   # accuracies (apps_gpt_converge 200 s, apps_train_cifar_accuracy 100 s, apps_train_cifar_ddp 150 s,
-  # apps_train_cifar_syncbn 95 s, apps_train_cifar_sharding 87 s, apps_gpt_powersgd 60 s under ASan
-  # on the 2-core machine): the code they run is what apps_gpt_resume/_ddp/_fp16,
-  # apps_train_cifar_slurm/_resume and the parallel_sync_batch_norm/_fsdp/_zero/_powersgd unit tests
-  # run under ASan in seconds.
+  # apps_train_cifar_syncbn 95 s, apps_train_cifar_preempt 93 s, apps_train_cifar_sharding 87 s,
+  # apps_gpt_powersgd 60 s under ASan on the 2-core machine): the code they run is what
+  # apps_gpt_resume/_ddp/_fp16/_preempt, apps_train_cifar_slurm/_resume and the
+  # parallel_sync_batch_norm/_fsdp/_zero/_powersgd unit tests run under ASan in seconds.
   asan)  sanitize=address,undefined; select=(-L cpu -LE install)
-         [ "${KILN_SANITIZE_ALL:-0}" = 1 ] || select+=(-E '^(apps_gpt_converge|apps_train_cifar_accuracy|apps_train_cifar_ddp|apps_train_cifar_syncbn|apps_train_cifar_sharding|apps_gpt_powersgd)$') ;;
+         [ "${KILN_SANITIZE_ALL:-0}" = 1 ] || select+=(-E '^(apps_gpt_converge|apps_train_cifar_accuracy|apps_train_cifar_ddp|apps_train_cifar_syncbn|apps_train_cifar_preempt|apps_train_cifar_sharding|apps_gpt_powersgd)$') ;;
   ubsan) sanitize=undefined; select=(-L cpu -LE install) ;;
   # TSan: what runs threads of its own (store server, Gloo, reducer, loader workers, launcher).
   # train_cifar's 2-rank DDP run via SLURM's variables, not the 2-rank accuracy run (past its 300 s
