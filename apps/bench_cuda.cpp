@@ -23,6 +23,7 @@
 
 #include "common/app_main.h"
 #include "common/app_script.h"
+#include "cuda/gpu_inputs.h"
 #include "cuda/sweep.h"
 
 #ifndef KILN_BENCH_CUDA_PY
@@ -32,6 +33,9 @@
 using namespace kiln;
 
 namespace {
+
+using apps::gpu_randn;
+using apps::on_gpu;
 
 struct Result {
   std::string name, unit;
@@ -56,13 +60,6 @@ double median_ms(const std::function<void()>& fn, int min_iters = 10, double min
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
-}
-
-TensorOptions on_gpu(DType dt) { return TensorOptions(dt).device(Device::cuda()); }
-
-Tensor gpu_randn(const Shape& shape, DType dt, uint64_t seed, double scale = 1.0) {
-  Generator g(seed);
-  return (randn(shape, g, DType::f32) * scale).to(Device::cuda()).to(dt);
 }
 
 Result bench_gemm(int64_t n) {

@@ -2,6 +2,8 @@
 // candidate on them in turn, switching the process-wide setting between runs.
 #include "cuda/sweep.h"
 
+#include "cuda/gpu_inputs.h"
+
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -12,6 +14,7 @@
 #include <map>
 #include <vector>
 
+#include <kiln/core/cuda/plan/layer_norm_variant.h>
 #include <kiln/core/ops/layer_norm.h>
 #include <kiln/kiln.h>
 
@@ -24,13 +27,6 @@ struct Row {
   double ms = std::numeric_limits<double>::quiet_NaN();  // NaN: failed
   std::string error;
 };
-
-TensorOptions on_gpu(DType dt) { return TensorOptions(dt).device(Device::cuda()); }
-
-Tensor gpu_randn(const Shape& shape, DType dt, uint64_t seed, double scale = 1.0) {
-  Generator g(seed);
-  return (randn(shape, g, DType::f32) * scale).to(Device::cuda()).to(dt);
-}
 
 Row timed(const std::string& candidate, const std::string& shape, const TimeFn& time_ms,
           const std::function<void()>& fn) {

@@ -4,6 +4,8 @@
 // rows that each backward block sums several. Skipped (exit 77) without a usable device.
 #include "test_util.h"
 
+#include <kiln/core/cuda/plan/layer_norm_variant.h>
+
 using namespace kiln;
 
 namespace {
