@@ -21,6 +21,7 @@
 #include "common/parallel_flags.h"
 #include "common/profiling.h"
 #include "common/text_file.h"
+#include "gpt/fit_memory.h"
 #include "gpt/mfu.h"
 #include "gpt/model_flags.h"
 #include "gpt/report.h"
@@ -45,6 +46,7 @@ struct Args {
   bool resume = false;
   bool cuda_graph = false;
   std::string recompute = "none", fused_head = "auto";
+  apps::FitMemoryFlags fit;
   apps::ParallelFlags parallel;
   uint64_t seed = 1337;
   int threads = 0;
@@ -96,6 +98,7 @@ void add_flags(CLI::App& app, Args& a, double& floor_flag) {
   app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
                "schedule, RNG, data cursor), if there is one");
   apps::add_memory_flags(app, a.recompute, a.fused_head);
+  apps::add_fit_memory_flag(app, a.fit);
   app.add_flag("--cuda-graph", a.cuda_graph, "capture the whole training step as one CUDA graph after 3 eager steps "
                "and replay it (--device cuda, one process, no sharding; the batch goes through static buffers). "
                "Off by default: not yet run on a GPU");
@@ -141,6 +144,10 @@ int run(Args a) {
   const apps::Job job = apps::join_job(apps::JobOptions().device(a.device));
   const Device device = job.device;
   const int world = job.world;
+  const DType amp = apps::parse_dtype_flag(a.dtype, kDTypes);
+  if (a.fit.gib > 0)  // sets B and --recompute for the asked global batch (apps/gpt/fit_memory.h)
+    apps::apply_fit_memory(a.fit, config, a.seq_len, job, amp, a.fused_head, a.parallel, a.batch_size,
+                           a.total_batch_tokens, a.recompute);
 
   const int64_t micro_tokens = a.batch_size * a.seq_len * world;
   if (a.total_batch_tokens == 0) a.total_batch_tokens = micro_tokens;
@@ -169,7 +176,6 @@ int run(Args a) {
   for (auto& g : model->param_groups(a.weight_decay))
     groups.push_back({g.params, optim::AdamWOptions(adamw).weight_decay(g.weight_decay)});
   auto optimizer = std::make_shared<optim::AdamW>(std::move(groups));
-  const DType amp = apps::parse_dtype_flag(a.dtype, kDTypes);
   dist::TrainerOptions topts =
       apps::with_parallel_flags(dist::TrainerOptions(), a.parallel)
           .grad_accum_steps(accum).clip_grad_norm(a.grad_clip).amp(amp)

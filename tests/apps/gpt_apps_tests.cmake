@@ -3,7 +3,7 @@
 # from tests/CMakeLists.txt when the apps are built.
 set(_gpt_apps_dir ${CMAKE_CURRENT_SOURCE_DIR}/apps)
 set(_gpt_apps_bins $<TARGET_FILE_DIR:train_gpt>)
-foreach(_case converge resume ddp fp16 profile sharding powersgd preempt)
+foreach(_case converge resume ddp fp16 profile sharding powersgd preempt fit_memory)
   add_test(NAME apps_gpt_${_case}
            COMMAND /bin/bash ${_gpt_apps_dir}/gpt_${_case}.sh ${_gpt_apps_bins} ${CMAKE_CURRENT_BINARY_DIR}/apps_gpt_${_case})
 endforeach()
@@ -15,6 +15,7 @@ set_tests_properties(apps_gpt_resume apps_gpt_ddp apps_gpt_fp16 apps_gpt_profile
 set_tests_properties(apps_gpt_preempt PROPERTIES TIMEOUT 300 PROCESSORS 2)
 set_tests_properties(apps_gpt_sharding PROPERTIES TIMEOUT 240)
 set_tests_properties(apps_gpt_powersgd PROPERTIES LABELS "apps;models;cpu;dist" TIMEOUT 300 PROCESSORS 2)
+set_tests_properties(apps_gpt_fit_memory PROPERTIES LABELS "apps;models;cpu;dist" TIMEOUT 120 PROCESSORS 2)
 
 # On the GPU (CUDA builds): CPU-vs-CUDA agreement, bf16, NCCL ranks sharing the device.
 if(KILN_WITH_CUDA)
