@@ -14,7 +14,12 @@
 namespace kiln::cpu {
 
 inline float exp_f32(float x) {
-  float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
+  // The clamps are spelled as x86's maxps/minps (a > b ? a : b, which returns b when either is
+  // NaN): one instruction each, and a NaN x stays NaN through to the result, where the nested
+  // select and a final `x != x ? x : y` took eight compares and blends per vector on AVX2
+  // (exp 10% slower). The same bits for every x but a NaN, which may come back another NaN.
+  float xc = -104.0f > x ? -104.0f : x;
+  xc = 88.8f < xc ? 88.8f : xc;
   // Adding 1.5 * 2^23 rounds to the nearest integer n and leaves n in the low mantissa bits
   // (std::floor / float->int conversions stop GCC from vectorizing the loop).
   float z = xc * 1.44269504088896341f + 12582912.0f;
@@ -32,11 +37,10 @@ inline float exp_f32(float x) {
   p = p * r + 1.0f;
   int32_t n1 = ni >> 1, n2 = ni - n1;  // n in [-150, 128]: both halves give normal scales
   // Unsigned: for a NaN x, ni is garbage and a signed multiply would overflow (UB, found by
-  // scripts/sanitize.sh ubsan); the result is discarded below anyway.
+  // scripts/sanitize.sh ubsan); p is NaN then, so the product is NaN whatever the scales.
   float s1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
   float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
-  float y = p * s1 * s2;
-  return x != x ? x : y;  // NaN in, NaN out
+  return p * s1 * s2;  // NaN in, NaN out (through the clamps and p)
 }
 
 // erf_f32, two least-squares fits made for Kiln, both branches computed and one selected (so loops
