@@ -35,7 +35,8 @@ def use_reference_models():
 # imported) unsets both variables when OPENBLAS_CORETYPE names an older core, and blas_report
 # (after) reads the core OpenBLAS runs (openblas_get_corename) and, if OpenBLAS itself picked an
 # older one, runs the script again once with OPENBLAS_CORETYPE set to the CPU's core. Cores are
-# compared by the widest vector ISA their kernels use.
+# compared by the widest vector ISA their kernels use. ATEN_CPU_CAPABILITY=avx2 makes "this CPU" an
+# AVX2 one (_cpu_isa): set OPENBLAS_CORETYPE=Haswell with it to time an AVX2-only CPU's OpenBLAS.
 _ISA_NAMES = ["SSE", "AVX", "AVX2", "AVX-512"]
 _CORE_ISA = {"sandybridge": 1, "bulldozer": 1, "piledriver": 1, "steamroller": 1,
              "haswell": 2, "zen": 2, "excavator": 2, "skylakex": 3, "cooperlake": 3, "sapphirerapids": 3}
@@ -62,11 +63,17 @@ def _cpu_flags():
 
 
 def _cpu_isa(flags):
+    """The ISA level of this CPU, or of the CPU being emulated: ATEN_CPU_CAPABILITY=avx2 (how the
+    benchmarks run PyTorch as on an AVX2-only CPU, e.g. an AMD EPYC before Zen 4) caps it at AVX2,
+    so OPENBLAS_CORETYPE=Haswell is then kept, not replaced by this CPU's AVX-512 core."""
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
-        return 3
-    if {"avx2", "fma"} <= flags:
-        return 2
-    return 1 if "avx" in flags else 0
+        level = 3
+    elif {"avx2", "fma"} <= flags:
+        level = 2
+    else:
+        level = 1 if "avx" in flags else 0
+    cap = {"default": 0, "avx2": 2}.get(os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower())
+    return level if cap is None else min(level, cap)
 
 
 def _best_core(flags):
