@@ -93,7 +93,7 @@ ParamState& Optimizer::state_for_update(size_t group, size_t index) {
   return s;
 }
 
-void Optimizer::add_params(std::vector<Tensor> params) {
+void Optimizer::add_params(std::vector<Tensor> params, bool sixteen_bit) {
   KILN_CHECK(!params.empty(), name_, ": a parameter group needs at least one parameter");
   std::set<const TensorImpl*> seen;
   for (const auto& group : params_)
@@ -101,8 +101,11 @@ void Optimizer::add_params(std::vector<Tensor> params) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     KILN_CHECK(p.defined(), name_, ": parameter ", i, " of group ", params_.size(), " is an undefined tensor");
-    KILN_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, name_, ": parameter ", i, " of group ",
-               params_.size(), " has dtype ", p.dtype(), "; optimizers update f32 or f64 parameters");
+    const bool half = p.dtype() == DType::bf16 || p.dtype() == DType::f16;
+    KILN_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64 || (sixteen_bit && half), name_, ": parameter ", i,
+               " of group ", params_.size(), " has dtype ", p.dtype(), "; optimizers update f32 or f64 parameters",
+               half ? " (16-bit parameters train through f32 master weights: a MixedPrecisionPolicy with param_dtype "
+                      "bf16 or f16, TrainerOptions::mixed_precision)" : "");
     KILN_CHECK(p.is_leaf(), name_, ": parameter ", i, " of group ", params_.size(), " (shape ", p.shape(),
                ") is not a leaf tensor; optimize leaves (or their detach())");
     KILN_CHECK(seen.insert(p.impl()).second, name_, ": parameter ", i, " of group ", params_.size(),
@@ -224,9 +227,9 @@ void Optimizer::validate_state_dict(const NamedTensors& dict) const {
         const std::string key = state_key(g, i, keys[b]);
         KILN_CHECK(buffers[b], where, ": missing '", key, "' (parameter ", i, " of group ", g, " has a step count)");
         const Tensor& t = *buffers[b];
-        KILN_CHECK(t.defined() && t.shape() == p.shape() && t.dtype() == p.dtype(), where, ": '", key, "' is ",
+        KILN_CHECK(t.defined() && t.shape() == p.shape() && t.dtype() == state_dtype(p), where, ": '", key, "' is ",
                    t.defined() ? t.dtype() : DType::f32, t.defined() ? t.shape() : Shape{},
-                   " but the parameter is ", p.dtype(), p.shape());
+                   " but the parameter's state is ", state_dtype(p), p.shape());
       }
     }
   }

@@ -87,7 +87,8 @@ class Optimizer {
   virtual void refresh_device_lr() {}
 
   /// Clears every parameter's .grad (set_to_none, the torch 2.x default) or zeroes it in place.
-  void zero_grad(bool set_to_none = true);
+  /// Virtual: a wrapper also drops the gradient copies it keeps (ShardedOptimizer's master gradients).
+  virtual void zero_grad(bool set_to_none = true);
 
   /// The gradients the next step() reads, each once (a gradient two parameters share appears once):
   /// what GradScaler::unscale_ unscales and checks for inf/NaN. Here every parameter's defined
@@ -135,8 +136,12 @@ class Optimizer {
   /// Checks values a user may set (lr >= 0, betas in [0, 1), ...) naming the optimizer.
   virtual void check_hyper_params(const HyperParams& values) const = 0;
 
+  /// The dtype of a parameter's state buffers (its own; a master-weight wrapper's f32 for 16-bit ones).
+  virtual DType state_dtype(const Tensor& param) const { return param.dtype(); }
   /// Registers a group's parameters (checks: defined, f32/f64, leaf, not already in a group).
-  void add_params(std::vector<Tensor> params);
+  /// sixteen_bit: bf16/f16 parameters are accepted too, for a wrapper that steps f32 master copies
+  /// of them (ShardedOptimizer with a 16-bit MixedPrecisionPolicy) and never updates them itself.
+  void add_params(std::vector<Tensor> params, bool sixteen_bit = false);
   ParamState& mutable_state(size_t group, size_t index);  ///< step as last written (no device read)
   /// mutable_state() made ready for an update of the parameter where it now lives: buffers on
   /// another device are moved there, and the step count is carried between `step` and

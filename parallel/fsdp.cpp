@@ -248,7 +248,7 @@ void FullyShardedDataParallel::note(EventKind kind, size_t u) {
 
 Tensor FullyShardedDataParallel::local_chunk(const Unit& unit) const {
   const ShardBucket& b = optimizer_->layout().buckets()[unit.bucket];
-  return optimizer_->local_params().narrow(0, b.local_offset, b.chunk);
+  return optimizer_->local_compute_params().narrow(0, b.local_offset, b.chunk);  // 16-bit with master weights
 }
 
 int64_t FullyShardedDataParallel::gathered_bytes() const {
@@ -342,7 +342,9 @@ void FullyShardedDataParallel::launch_reduce_scatter(size_t u) {
   const ShardBucket& bucket = optimizer_->layout().buckets()[unit.bucket];
   ProcessGroup& group = optimizer_->process_group();
   if (scatters_.size() >= 2) wait_oldest_reduce_scatter();  // at most two flat gradient buffers alive
-  Tensor flat = zeros({bucket.chunk * group.size()}, TensorOptions(unit.flat.dtype()).device(unit.flat.device()));
+  // In the local gradient's dtype: the policy's reduce_dtype (Note [Master weights]), else the parameters'.
+  const DType dtype = optimizer_->local_grad().dtype();
+  Tensor flat = zeros({bucket.chunk * group.size()}, TensorOptions(dtype).device(unit.flat.device()));
   for (size_t k = 0; k < unit.params.size(); ++k) {
     const Tensor& p = params_[unit.params[k]];
     KILN_CHECK(p.grad().defined(), "FSDP: parameter ", unit.params[k], " of unit '", unit.name, "' has no gradient");
@@ -421,6 +423,13 @@ optim::NamedTensors FullyShardedDataParallel::full_state_dict() {
   NoGradGuard no_grad;
   const bool keep = optimizer_->process_group().rank() == 0;
   optim::NamedTensors state = model_->state_dict();
+  if (optimizer_->keeps_master_weights()) {  // the f32 master weights, not their 16-bit rounding
+    state = with_master_weights(*optimizer_, std::move(state));  // collective
+    if (!keep) return {};
+    for (auto& entry : state)
+      if (entry.second.storage()->nbytes() > 0) entry.second = entry.second.clone();
+    return state;
+  }
   std::vector<Tensor> out(state.size());
   for (size_t u = 0; u < units_.size(); ++u) {
     const bool was = units_[u].gathered && !units_[u].gather;

@@ -122,7 +122,8 @@ class FullyShardedDataParallel : public std::enable_shared_from_this<FullySharde
   void gather_full_params();
   void reshard_full_params(bool writeback);
   /// The model's state_dict with full parameters, gathered one unit at a time: clones on rank 0,
-  /// empty on the others (torch's FULL_STATE_DICT with rank0_only). Collective.
+  /// empty on the others (torch's FULL_STATE_DICT with rank0_only). Collective. With master weights
+  /// (Note [Master weights]) the parameters' entries are their f32 master values and nothing is gathered.
   optim::NamedTensors full_state_dict();
 
   const std::shared_ptr<ShardedOptimizer>& sharded_optimizer() const { return optimizer_; }

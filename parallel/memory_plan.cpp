@@ -80,7 +80,9 @@ MemoryPlan plan_memory(const MemoryPlanModel& model, const MemoryPlanOptions& o)
   }
 
   MemoryPlan m;
-  m.weight_copies = model.step.weight_copies;
+  // Note [Master weights]: autocast finds the GEMM weights 16-bit already and copies none.
+  const bool master = policy.keeps_16bit_parameters();
+  m.weight_copies = master ? 0 : model.step.weight_copies;
   m.activations = model.step.activations;
   m.head = model.step.head;
   m.transient = std::max(model.step.head_transient, model.step.block_transient);
@@ -108,7 +110,11 @@ MemoryPlan plan_memory(const MemoryPlanModel& model, const MemoryPlanOptions& o)
       m.parameter_gather = pb * largest_pair(whole, true);
     }
     end_extra = m.full_gradients;
-    step_extra = m.full_gradients + m.parameter_gather;
+    // Master weights: the step's f32 gradient copy of what the rank steps, and ZeRO-1's 16-bit shard
+    // for the all-gathers.
+    const int64_t stepped = mode == Sharding::none ? p : m.master_weights / 4;
+    const int64_t master_step = master ? 4 * stepped + (mode == Sharding::zero1 ? pb * stepped : 0) : 0;
+    step_extra = m.full_gradients + m.parameter_gather + master_step;
   } else if (mode == Sharding::zero2) {
     const ShardLayout layout(tensors, 0, n, first_cap, cap);
     std::vector<int64_t> whole;
@@ -125,7 +131,7 @@ MemoryPlan plan_memory(const MemoryPlanModel& model, const MemoryPlanOptions& o)
     m.full_gradients = gb * layout.buckets().back().numel;          // the last bucket's, as its buffer is made
     m.parameter_gather = pb * largest_pair(whole, true);
     end_extra = m.reduce_buffers + m.full_gradients;
-    step_extra = m.parameter_gather;
+    step_extra = m.parameter_gather + (master ? (4 + pb) * layout.local_numel() : 0);  // as ZeRO-1's
   } else {
     // FSDP: the wrapped units in forward order, then the root (Note [FSDP schedule]).
     std::vector<std::vector<size_t>> buckets = model.units;
@@ -173,6 +179,7 @@ MemoryPlan plan_memory(const MemoryPlanModel& model, const MemoryPlanOptions& o)
     block_extra = block_gathered;
     scatter_extra = block_gathered + gb * unit_grads + rb * largest_unit;
     end_extra = pb * root_whole + gb * root_numel + end_buffers;
+    step_extra = master ? 4 * layout.local_numel() : 0;  // the step's f32 gradient copy
   }
 
   const int64_t kept = m.after_step();

@@ -97,7 +97,10 @@ struct MemoryPlan {
 ///                      views), ZeRO-2's reduce-scatter buffers of every bucket (ShardedReducer keeps them
 ///                      until finish()) with the last bucket's gradients, FSDP's root gathered with its
 ///                      gradients, its buffer and one unit's; plus the end transient;
-///   optimizer step     S + .grad (DDP without views) + ZeRO-1/2's all-gather of two buckets.
+///   optimizer step     S + .grad (DDP without views) + ZeRO-1/2's all-gather of two buckets; with a
+///                      16-bit policy also the f32 copy of the gradients the rank steps and ZeRO-1/2's
+///                      16-bit shard the all-gathers send (Note [Master weights]).
+/// A 16-bit policy has no weight copies: autocast finds the GEMM weights in 16 bits already.
 /// The peak is the largest. Sizes are exact where the layout decides them: DDP's buckets and
 /// ZeRO's padded chunks come from compute_bucket_assignment and ShardLayout on shape-only tensors,
 /// FSDP's units from the caller's unit list. Not counted: the allocator's rounding (64 bytes on the

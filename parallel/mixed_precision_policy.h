@@ -8,6 +8,7 @@
 
 #include <kiln/core/arg.h>
 #include <kiln/core/dtype.h>
+#include <kiln/core/error.h>
 
 namespace kiln::dist {
 
@@ -28,6 +29,17 @@ struct MixedPrecisionPolicy {
   DType effective_reduce_dtype() const { return reduce_dtype_.value_or(param_dtype_); }
   /// Parameters held in 16 bits (the policy of issue #49), rather than today's f32 master copy.
   bool keeps_16bit_parameters() const { return dtype_size(param_dtype_) == 2; }
+  /// Fails (ValueError) on what no mode supports: a dtype other than f32, bf16 and f16, or a 16-bit
+  /// reduce_dtype over f32 parameters (their f32 gradients are reduced in f32).
+  void check() const {
+    const DType reduce = effective_reduce_dtype();
+    for (DType d : {param_dtype_, reduce})
+      KILN_CHECK_VALUE(d == DType::f32 || d == DType::bf16 || d == DType::f16, "MixedPrecisionPolicy: param_dtype and "
+                       "reduce_dtype must be f32, bf16 or f16, got ", d);
+    KILN_CHECK_VALUE(keeps_16bit_parameters() || reduce == DType::f32, "MixedPrecisionPolicy: reduce_dtype ", reduce,
+                     " with f32 parameters is not supported (their f32 gradients are reduced in f32); set "
+                     "param_dtype to ", reduce, " too");
+  }
 };
 
 }  // namespace kiln::dist

@@ -8,10 +8,12 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include <kiln/autograd/grad_mode.h>
 #include <kiln/core/factory.h>
 #include <kiln/core/ops/elementwise.h>
+#include <kiln/parallel/broadcast.h>
 
 namespace kiln::dist {
 
@@ -26,12 +28,20 @@ std::string state_key(size_t g, size_t i, const std::string& name) {
 }
 std::string shard_key(size_t g, size_t i) { return "shard." + std::to_string(g) + "." + std::to_string(i); }
 
+
 }  // namespace
 
 ShardedOptimizer::ShardedOptimizer(std::vector<std::vector<Tensor>> groups, std::shared_ptr<ProcessGroup> group,
                                    Factory factory, ShardedOptimizerOptions options)
     : Optimizer("ShardedOptimizer"), group_(std::move(group)) {
-  KILN_CHECK(group_ != nullptr, "ShardedOptimizer: the process group is null");
+  policy_ = options.mixed_precision_;
+  replicate_ = options.replicate_;
+  master_ = policy_.keeps_16bit_parameters();
+  KILN_CHECK(group_ != nullptr || replicate_, "ShardedOptimizer: the process group is null (only a replicating "
+             "optimizer, ShardedOptimizerOptions::replicate, works without one)");
+  policy_.check();
+  KILN_CHECK(!replicate_ || options.gather_parameters_, "ShardedOptimizer: replicate keeps every parameter whole; "
+             "gather_parameters(false) (FSDP) shards them");
   KILN_CHECK(factory != nullptr, "ShardedOptimizer: the optimizer factory is empty");
   KILN_CHECK(!groups.empty(), "ShardedOptimizer: needs at least one parameter group");
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -46,15 +56,23 @@ ShardedOptimizer::ShardedOptimizer(std::vector<std::vector<Tensor>> groups, std:
       flat_params_.push_back(p);
       where_.emplace_back(g, i);
     }
-    add_params(groups[g]);  // checks: leaves, f32/f64, no duplicates
+    add_params(groups[g], master_);  // checks: leaves, f32/f64 (or 16 bits for master weights), no duplicates
   }
   gather_parameters_ = options.gather_parameters_;
+  const int rank = replicate_ ? 0 : group_->rank(), world = replicate_ ? 1 : group_->size();
   layout_ = options.buckets_.empty()
-                ? ShardLayout(flat_params_, group_->rank(), group_->size(), mib_to_bytes(options.first_bucket_cap_mb_),
+                ? ShardLayout(flat_params_, rank, world, mib_to_bytes(options.first_bucket_cap_mb_),
                               mib_to_bytes(options.bucket_cap_mb_))
-                : ShardLayout(flat_params_, group_->rank(), group_->size(), options.buckets_);
+                : ShardLayout(flat_params_, rank, world, options.buckets_);
   const Tensor& first = flat_params_.front();
-  const TensorOptions to = TensorOptions(first.dtype()).device(first.device());
+  if (master_) {
+    KILN_CHECK(first.dtype() == DType::f32 || first.dtype() == policy_.param_dtype_, "ShardedOptimizer: master "
+               "weights (param_dtype ", policy_.param_dtype_, ") start from f32 or ", policy_.param_dtype_,
+               " parameters, got ", first.dtype());
+    // The f32 values are gone once the parameters are 16-bit: every rank's master starts from rank 0's.
+    if (group_ && group_->size() > 1) broadcast_from_rank0(*group_, flat_params_);
+  }
+  const TensorOptions to = TensorOptions(master_ ? DType::f32 : first.dtype()).device(first.device());
   local_params_ = zeros({layout_.local_numel()}, to);
   NoGradGuard no_grad;
   std::vector<std::vector<Tensor>> shard_groups(groups.size());
@@ -73,6 +91,14 @@ ShardedOptimizer::ShardedOptimizer(std::vector<std::vector<Tensor>> groups, std:
   }
   for (auto& s : shard_groups)
     if (s.empty()) s.push_back(zeros({0}, to));  // a placeholder: never has a gradient, never updated
+  if (master_) {  // Note [Master weights]: the parameters become their 16-bit rounding
+    if (!gather_parameters_) local_compute_ = local_params_.to(policy_.param_dtype_);  // FSDP gathers from it
+    for (const Tensor& p : flat_params_) {
+      if (p.dtype() == policy_.param_dtype_) continue;
+      p.set_grad(Tensor());
+      p.set_data(p.detach().to(policy_.param_dtype_));
+    }
+  }
   inner_ = factory(std::move(shard_groups));
   KILN_CHECK(inner_ != nullptr && inner_->num_param_groups() == groups.size(),
              "ShardedOptimizer: the factory must return an optimizer with one group per shard group (",
@@ -87,17 +113,72 @@ std::vector<std::string> ShardedOptimizer::state_keys(const optim::HyperParams& 
 }
 
 Tensor& ShardedOptimizer::local_grad() {
-  if (!local_grad_.defined()) local_grad_ = zeros({layout_.local_numel()}, opts_of(local_params_));
+  if (!local_grad_.defined()) {
+    const DType dtype = master_ ? policy_.effective_reduce_dtype() : local_params_.dtype();
+    local_grad_ = zeros({layout_.local_numel()}, TensorOptions(dtype).device(local_params_.device()));
+  }
   return local_grad_;
 }
 
 std::vector<Tensor> ShardedOptimizer::step_gradients() const {
+  if (master_) {  // the f32 copies the update uses (Note [Master weights], step 1)
+    const_cast<ShardedOptimizer*>(this)->set_master_grads();
+    std::vector<Tensor> out;
+    for (const Tensor& v : shard_views_)
+      if (v.defined() && v.grad().defined()) out.push_back(v.grad());
+    return out;
+  }
   if (!use_local_grad_) return Optimizer::step_gradients();
   if (!local_grad_ready_) return {};
   return {local_grad_};
 }
 
+void ShardedOptimizer::set_master_grads() {
+  if (master_grads_set_) return;
+  master_grads_set_ = true;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < flat_params_.size(); ++i) {
+    const Tensor& view = shard_views_[i];
+    if (!view.defined()) continue;
+    const ShardPiece& piece = layout_.piece(i);
+    Tensor source;
+    if (use_local_grad_) {
+      if (local_grad_ready_) source = local_grad_.narrow(0, piece.local_offset, piece.size());
+    } else if (Tensor g = flat_params_[i].grad(); g.defined()) {
+      KILN_CHECK(g.shape() == flat_params_[i].shape(), "ShardedOptimizer: the gradient of parameter ", i, " is ",
+                 g.shape(), " but the parameter is ", flat_params_[i].shape());
+      Tensor flat = g.is_contiguous() ? g.reshape({-1}) : g.contiguous().reshape({-1});
+      source = flat.narrow(0, piece.begin, piece.size());
+    }
+    if (!source.defined()) {
+      view.set_grad(Tensor());
+      continue;
+    }
+    if (!master_grad_.defined()) master_grad_ = empty({layout_.local_numel()}, opts_of(local_params_));
+    Tensor dst = master_grad_.narrow(0, piece.local_offset, piece.size());
+    dst.copy_(source);  // rounded 16-bit (or reduce_dtype) values, exact in f32
+    view.set_grad(dst);
+  }
+}
+
+void ShardedOptimizer::drop_master_grads() {
+  if (!master_grads_set_) return;
+  for (const Tensor& v : shard_views_)
+    if (v.defined()) v.set_grad(Tensor());
+  master_grads_set_ = false;
+  master_grad_ = Tensor();
+}
+
+void ShardedOptimizer::zero_grad(bool set_to_none) {
+  Optimizer::zero_grad(set_to_none);
+  drop_master_grads();
+}
+
 void ShardedOptimizer::set_shard_grads() {
+  if (master_) {
+    set_master_grads();
+    return;
+  }
   NoGradGuard no_grad;
   for (size_t i = 0; i < flat_params_.size(); ++i) {
     const Tensor& view = shard_views_[i];
@@ -132,14 +213,19 @@ void ShardedOptimizer::pack_local_params() {
 
 void ShardedOptimizer::step(const Tensor& found_inf) {
   // ZeRO-1/2: the parameters are the truth (a broadcast or a loaded checkpoint changed them).
-  // FSDP: they are released between uses; local_params_ is the truth.
-  if (gather_parameters_) pack_local_params();
+  // FSDP: they are released between uses; local_params_ is the truth. Master weights: always them.
+  if (gather_parameters_ && !master_) pack_local_params();
   set_shard_grads();
   inner_->step(found_inf);
-  // The shard views' .grad alias the full gradients or local_grad: drop them with the step.
+  // The shard views' .grad alias the full gradients, local_grad or master_grad_: drop them with the step.
   for (const Tensor& v : shard_views_)
     if (v.defined()) v.set_grad(Tensor());
   local_grad_ready_ = false;
+  drop_master_grads();
+  if (master_ && !gather_parameters_) {
+    NoGradGuard no_grad;
+    local_compute_.copy_(local_params_);  // Note [Master weights], step 3: one rounding
+  }
   if (gather_parameters_) gather_parameters();
   has_consolidated_ = false;
   consolidated_.clear();
@@ -147,6 +233,17 @@ void ShardedOptimizer::step(const Tensor& found_inf) {
 
 void ShardedOptimizer::gather_parameters() {
   NoGradGuard no_grad;
+  if (replicate_) {  // world 1's layout: every piece is here (copy_ rounds master weights to 16 bits)
+    for (size_t i = 0; i < flat_params_.size(); ++i) {
+      const ShardPiece& piece = layout_.piece(i);
+      if (piece.size() == 0) continue;
+      flat_params_[i].detach().reshape({-1}).narrow(0, piece.begin, piece.size())
+          .copy_(local_params_.narrow(0, piece.local_offset, piece.size()));
+    }
+    return;
+  }
+  // Master weights: ZeRO-1/2 round the shard into a 16-bit copy that lives for the all-gathers only.
+  const Tensor source = master_ ? local_params_.to(policy_.param_dtype_) : local_params_;
   const int world = group_->size();
   struct InFlight {
     size_t bucket;
@@ -164,8 +261,8 @@ void ShardedOptimizer::gather_parameters() {
   };
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
     const ShardBucket& bucket = layout_.buckets()[b];
-    Tensor whole = empty({bucket.chunk * world}, opts_of(local_params_));
-    Tensor mine = local_params_.narrow(0, bucket.local_offset, bucket.chunk);
+    Tensor whole = empty({bucket.chunk * world}, opts_of(source));
+    Tensor mine = source.narrow(0, bucket.local_offset, bucket.chunk);
     flight.push_back({b, whole, group_->allgather(whole, mine)});
     if (flight.size() > 1) {  // at most two buckets' full copies alive
       land(flight.front());
@@ -176,6 +273,48 @@ void ShardedOptimizer::gather_parameters() {
     land(flight.front());
     flight.pop_front();
   }
+}
+
+std::vector<Tensor> ShardedOptimizer::full_master_parameters() {
+  NoGradGuard no_grad;
+  std::vector<Tensor> out(flat_params_.size());
+  if (!master_ && gather_parameters_) {  // ZeRO-1/2 without a policy: the parameters are the truth
+    for (size_t i = 0; i < flat_params_.size(); ++i) out[i] = flat_params_[i].detach().clone();
+    return out;
+  }
+  const int world = replicate_ ? 1 : group_->size();
+  for (const ShardBucket& b : layout_.buckets()) {
+    Tensor mine = local_params_.narrow(0, b.local_offset, b.chunk);
+    Tensor whole = mine;
+    if (world > 1) {
+      whole = empty({b.chunk * world}, opts_of(local_params_));
+      group_->allgather(whole, mine)->wait();
+    }
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const Tensor& p = flat_params_[b.params[k]];
+      out[b.params[k]] = whole.narrow(0, b.offsets[k], p.numel()).view(p.shape()).clone();
+    }
+  }
+  return out;
+}
+
+void ShardedOptimizer::load_master_parameters(const std::vector<Tensor>& full) {
+  KILN_CHECK_VALUE(full.size() == flat_params_.size(), "ShardedOptimizer::load_master_parameters: got ", full.size(),
+                   " tensors for ", flat_params_.size(), " parameters");
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < full.size(); ++i) {
+    const Tensor& p = flat_params_[i];
+    check_defined(full[i], "ShardedOptimizer::load_master_parameters", "value");
+    KILN_CHECK_VALUE(full[i].shape() == p.shape() && is_floating(full[i].dtype()), "ShardedOptimizer::"
+                     "load_master_parameters: value ", i, " is ", full[i].dtype(), full[i].shape(), " but parameter ",
+                     i, " is ", p.shape());
+    Tensor value = full[i].to(local_params_.device()).contiguous().reshape({-1});
+    const ShardPiece& piece = layout_.piece(i);
+    if (piece.size() > 0)
+      local_params_.narrow(0, piece.local_offset, piece.size()).copy_(value.narrow(0, piece.begin, piece.size()));
+    p.detach().copy_(value.view(p.shape()));
+  }
+  if (local_compute_.defined()) local_compute_.copy_(local_params_);
 }
 
 Tensor ShardedOptimizer::clip_grad_norm(double max_norm) {
@@ -190,9 +329,13 @@ Tensor ShardedOptimizer::clip_grad_norm(double max_norm) {
     grads.push_back(g);
     for (double x : g.to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>()) local += x * x;
   }
-  Tensor total = full({1}, local, TensorOptions(DType::f64).device(group_->device()));
-  group_->allreduce(total)->wait();
-  const double norm = std::sqrt(total.item());
+  double sum = local;
+  if (!replicate_) {
+    Tensor total = full({1}, local, TensorOptions(DType::f64).device(group_->device()));
+    group_->allreduce(total)->wait();
+    sum = total.item();
+  }
+  const double norm = std::sqrt(sum);
   const double coef = max_norm / (norm + 1e-6);
   if (!(coef >= 1.0))
     for (Tensor& g : grads) ops::mul_(g, coef);
@@ -285,6 +428,11 @@ optim::NamedTensors ShardedOptimizer::merge_local_state_dicts(const std::vector<
 
 void ShardedOptimizer::consolidate_state_dict() {
   NoGradGuard no_grad;
+  if (replicate_) {  // every rank holds the whole state
+    consolidated_ = merge_local_state_dicts({local_state_dict()});
+    has_consolidated_ = true;
+    return;
+  }
   // Every rank's local_state_dict travels as (key count, then per buffer) would need variable
   // sizes; the layout is known to every rank instead, so each state buffer is all-gathered per
   // bucket exactly like the parameters (step counts: a max over ranks per parameter).
@@ -371,6 +519,50 @@ void ShardedOptimizer::load_state_dict(const optim::NamedTensors& dict) {
   inner_->load_state_dict(inner);
   has_consolidated_ = false;
   consolidated_.clear();
+}
+
+namespace {
+
+// Entry k of `state` -> the flat index of the optimizer parameter it is, or kNone. state_dict()'s
+// entries are detached views of the parameters: the same bytes (storage, offset, shape), another impl.
+std::vector<size_t> parameter_entries(const ShardedOptimizer& optimizer, const optim::NamedTensors& state) {
+  using Key = std::tuple<const Storage*, int64_t, Shape>;
+  auto key = [](const Tensor& t) { return Key{t.storage().get(), t.offset(), t.shape()}; };
+  std::map<Key, size_t> index;
+  for (size_t i = 0; i < optimizer.flat_parameters().size(); ++i) index[key(optimizer.flat_parameters()[i])] = i;
+  std::vector<size_t> out(state.size(), kNone);
+  for (size_t k = 0; k < state.size(); ++k)
+    if (auto it = index.find(key(state[k].second)); it != index.end()) out[k] = it->second;
+  return out;
+}
+
+}  // namespace
+
+optim::NamedTensors with_master_weights(ShardedOptimizer& optimizer, optim::NamedTensors state) {
+  if (!optimizer.keeps_master_weights()) return state;
+  const std::vector<size_t> at = parameter_entries(optimizer, state);
+  const std::vector<Tensor> masters = optimizer.full_master_parameters();  // collective
+  for (size_t k = 0; k < state.size(); ++k)
+    if (at[k] != kNone) state[k].second = masters[at[k]];
+  return state;
+}
+
+std::vector<Tensor> master_stand_ins(const ShardedOptimizer& optimizer, optim::NamedTensors& state) {
+  if (!optimizer.keeps_master_weights()) return {};
+  const std::vector<size_t> at = parameter_entries(optimizer, state);
+  const auto& params = optimizer.flat_parameters();
+  std::vector<Tensor> out(params.size());
+  for (size_t i = 0; i < params.size(); ++i) out[i] = zeros(params[i].shape(), TensorOptions(DType::f32));
+  std::vector<bool> found(params.size(), false);
+  for (size_t k = 0; k < state.size(); ++k)
+    if (at[k] != kNone) {
+      state[k].second = out[at[k]];
+      found[at[k]] = true;
+    }
+  for (size_t i = 0; i < params.size(); ++i)
+    KILN_CHECK_VALUE(found[i], "master_stand_ins: parameter ", i, " of the optimizer (shape ", params[i].shape(),
+                     ") is not in the state dict: its master weights would load as zeros");
+  return out;
 }
 
 }  // namespace kiln::dist

@@ -12,6 +12,7 @@
 #include <kiln/core/arg.h>
 #include <kiln/optim/optimizer.h>
 #include <kiln/parallel/bucket.h>
+#include <kiln/parallel/mixed_precision_policy.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/shard_layout.h>
 
@@ -27,7 +28,36 @@ struct ShardedOptimizerOptions {
   /// false (FSDP): the parameters are not kept whole between steps, so step() neither reads them
   /// (local_params() is the truth) nor all-gathers them afterwards; each unit gathers before use.
   KILN_ARG(bool, gather_parameters) = true;
+  /// Note [Master weights]: a 16-bit param_dtype turns the parameters into 16-bit tensors and keeps
+  /// the f32 master weights (and the moments) for this rank's shard only.
+  KILN_ARG(MixedPrecisionPolicy, mixed_precision);
+  /// Every rank keeps and steps all of the master weights and moments (DDP with a 16-bit policy, or
+  /// one process): the layout is world 1's, nothing is gathered, and the group may be null.
+  KILN_ARG(bool, replicate) = false;
 };
+
+/// Note [Master weights]
+/// With a 16-bit MixedPrecisionPolicy::param_dtype (bf16 or f16), construction (collective when the
+/// group has more than one rank: rank 0's f32 parameters are broadcast first, since the f32 values are
+/// gone after the conversion) keeps this rank's chunks of the f32 parameters as the master weights
+/// (local_params()), then sets every parameter's data to its param_dtype rounding (Tensor::set_data:
+/// the same tensors, so the model and its hooks see 16-bit parameters). Forward and backward run in
+/// 16 bits and produce 16-bit gradients. step():
+///   1. the gradient slices (the parameters' 16-bit .grad under none and ZeRO-1; local_grad(), kept in
+///      reduce_dtype, under ZeRO-2 and FSDP) are copied into one f32 flat of this rank's local_numel
+///      elements, which the shard views' .grad alias (alive from the first of step_gradients(),
+///      clip_grad_norm() and step() until the end of step(), so GradScaler unscales and clipping
+///      scales the f32 values the update uses);
+///   2. the wrapped optimizer steps the f32 master shard, as without a policy;
+///   3. the updated shard is rounded once into 16 bits: a copy the all-gathers send (half the bytes of
+///      f32) into the parameters, alive during the gathers only (ZeRO-1/2; replicating, it is the
+///      parameters), or, under FSDP, local_compute_params(), which FSDP gathers each unit from.
+/// The master weights are the truth: step() does not re-read the parameters (a 16-bit value cannot
+/// restore them), so values set from outside go through load_master_parameters(), and checkpoints
+/// save full_master_parameters() in place of the 16-bit tensors (f32, loadable by any mode, world
+/// size and policy). Per parameter and rank at world N with AdamW this holds 2 bytes of parameters
+/// (2/N under FSDP), the gradients in their dtype (whole or 1/N), 4/N of master weights and 8/N of
+/// moments: the ZeRO paper's rule (replicate: 4 + 8).
 
 /// Note [Sharded optimizer step]
 /// The wrapper registers the full parameters as its own groups (so zero_grad, lr, the LRScheduler
@@ -51,7 +81,8 @@ class ShardedOptimizer : public optim::Optimizer {
   /// order of `groups`.
   using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<std::vector<Tensor>> shard_groups)>;
 
-  /// Collective only in what step() does; construction issues no collective. Every rank must pass
+  /// Collective only in what step() does; construction issues no collective (except the broadcast of
+  /// Note [Master weights] with a 16-bit policy). Every rank must pass
   /// the same parameters (same shapes, same order) and the same options.
   ShardedOptimizer(std::vector<std::vector<Tensor>> groups, std::shared_ptr<ProcessGroup> group, Factory factory,
                    ShardedOptimizerOptions options = {});
@@ -86,10 +117,30 @@ class ShardedOptimizer : public optim::Optimizer {
   std::vector<Tensor> step_gradients() const override;
   /// ShardedReducer::finish() marks local_grad() as holding this step's gradients; step() uses it
   /// only then (and clears the mark), so a step without a backward updates nothing, as without ZeRO.
-  void set_local_grad_ready(bool ready) { local_grad_ready_ = ready; }
+  void set_local_grad_ready(bool ready) {
+    local_grad_ready_ = ready;
+    drop_master_grads();  // new gradients: the f32 copies are made again
+  }
+  /// The parameters' .grad, and the f32 copies of Note [Master weights] step 1: a step the GradScaler
+  /// skipped (step() is not called) leaves them, and the next backward's gradients are new.
+  void zero_grad(bool set_to_none = true) override;
   /// This rank's parameter chunks, updated by the wrapped optimizer.
   const Tensor& local_params() const { return local_params_; }
   bool gathers_parameters() const { return gather_parameters_; }
+  /// Note [Master weights]: whether the parameters are 16-bit with f32 master weights here.
+  bool keeps_master_weights() const { return master_; }
+  bool replicates() const { return replicate_; }
+  const MixedPrecisionPolicy& mixed_precision() const { return policy_; }
+  /// What FSDP gathers from: this rank's chunks in the parameters' dtype (with master weights their
+  /// 16-bit rounding, else local_params() itself).
+  const Tensor& local_compute_params() const { return local_compute_.defined() ? local_compute_ : local_params_; }
+  /// Every flat parameter's full f32 master values (registration order), all-gathered per bucket.
+  /// Collective (except when replicating). Without master weights: the parameters' values.
+  std::vector<Tensor> full_master_parameters();
+  /// Sets the master weights from full-shaped values (any floating dtype; registration order) and the
+  /// parameters to their rounding. Not collective: every rank passes the same values. Under FSDP the
+  /// parameters must be gathered (FullyShardedDataParallel::gather_full_params()).
+  void load_master_parameters(const std::vector<Tensor>& full);
 
   /// torch.nn.utils.clip_grad_norm_ over every parameter, computed from the shards: each rank sums
   /// the squares of the gradient elements it owns (in double), one all-reduce adds the ranks'
@@ -129,9 +180,13 @@ class ShardedOptimizer : public optim::Optimizer {
   }
   std::vector<std::string> state_keys(const optim::HyperParams&) const override;
   void check_hyper_params(const optim::HyperParams&) const override {}  ///< the wrapped optimizer checks
+  DType state_dtype(const Tensor& param) const override { return master_ ? DType::f32 : param.dtype(); }
 
  private:
   void set_shard_grads();
+  void set_master_grads();  ///< Note [Master weights], step 1
+  void drop_master_grads();
+  void write_back();        ///< step 3: the 16-bit copy, then the parameters
   void pack_local_params();
   void gather_parameters();
   optim::NamedTensors group_entries() const;
@@ -143,6 +198,11 @@ class ShardedOptimizer : public optim::Optimizer {
   std::vector<std::vector<size_t>> inner_index_;    ///< (group, index) -> index in the wrapped group, or npos
   std::vector<Tensor> shard_views_;                 ///< per flat parameter: its view of local_params_ (or undefined)
   Tensor local_params_, local_grad_;
+  MixedPrecisionPolicy policy_;
+  bool master_ = false, replicate_ = false;
+  Tensor local_compute_;     ///< master_ under FSDP: the 16-bit rounding of local_params_
+  Tensor master_grad_;       ///< master_: f32 gradients of the shard, during a step
+  bool master_grads_set_ = false;
   std::unique_ptr<optim::Optimizer> inner_;
   bool use_local_grad_ = false;
   bool local_grad_ready_ = false;
@@ -152,5 +212,16 @@ class ShardedOptimizer : public optim::Optimizer {
 };
 
 using ZeroRedundancyOptimizer = ShardedOptimizer;
+
+/// Checkpoints with master weights (Note [Master weights]): `state`, a module's state_dict() (whose
+/// entries are the parameter tensors themselves), with every entry that is one of `optimizer`'s
+/// parameters replaced by its full f32 master values; other entries are left as they are. Collective
+/// (full_master_parameters()). Without master weights `state` is returned unchanged.
+optim::NamedTensors with_master_weights(ShardedOptimizer& optimizer, optim::NamedTensors state);
+/// The other way: replaces `state`'s parameter entries by f32 stand-ins (zeros of the parameters'
+/// shapes, on the CPU; a tied parameter's names share one) for a checkpoint to be loaded into, and
+/// returns them in the optimizer's flat order for load_master_parameters(). Without master weights:
+/// nothing is replaced and the result is empty.
+std::vector<Tensor> master_stand_ins(const ShardedOptimizer& optimizer, optim::NamedTensors& state);
 
 }  // namespace kiln::dist

@@ -78,7 +78,9 @@ void ShardedReducer::launch(size_t b) {
   const ShardBucket& bucket = optimizer_->layout().buckets()[b];
   ProcessGroup& group = optimizer_->process_group();
   const Tensor& first = params_[bucket.params.front()];
-  Tensor flat = zeros({bucket.chunk * group.size()}, TensorOptions(first.dtype()).device(first.device()));
+  // In the local gradient's dtype: the policy's reduce_dtype (Note [Master weights]), else the parameters'.
+  const DType dtype = optimizer_->local_grad().dtype();
+  Tensor flat = zeros({bucket.chunk * group.size()}, TensorOptions(dtype).device(first.device()));
   for (size_t k = 0; k < bucket.params.size(); ++k) {
     const Tensor& p = params_[bucket.params[k]];
     flat.narrow(0, bucket.offsets[k], p.numel()).copy_(p.grad().reshape({-1}));

@@ -71,18 +71,50 @@ std::vector<Tensor> optimizer_params(const optim::Optimizer& optimizer) {
 
 // zero1/zero2/full (with a group): the optimizer rebuilt over shards (sharding.h), unless it is one;
 // full: one bucket per FSDP unit (fsdp.h).
+// A 16-bit policy (Note [Master weights]) shards or replicates in every mode, alone too.
 std::shared_ptr<optim::Optimizer> maybe_shard(std::shared_ptr<optim::Optimizer> optimizer,
                                               const std::shared_ptr<ProcessGroup>& group, const TrainerOptions& o,
                                               const std::shared_ptr<nn::Module>& model) {
-  if (!optimizer || !group || o.sharding_ == Sharding::none) return optimizer;
-  if (std::dynamic_pointer_cast<ShardedOptimizer>(optimizer)) return optimizer;
-  if (o.sharding_ == Sharding::full) {
+  const MixedPrecisionPolicy& policy = o.mixed_precision_;
+  const bool master = policy.keeps_16bit_parameters();
+  if (auto sharded = std::dynamic_pointer_cast<ShardedOptimizer>(optimizer)) {
+    KILN_CHECK_VALUE(sharded->keeps_master_weights() == master && (!master || sharded->mixed_precision().param_dtype_ ==
+                     policy.param_dtype_), "Trainer: the ShardedOptimizer passed in was built with param_dtype ",
+                     sharded->mixed_precision().param_dtype_, " but TrainerOptions::mixed_precision asks for ",
+                     policy.param_dtype_);
+    return optimizer;
+  }
+  const Sharding sharding = group ? o.sharding_ : Sharding::none;
+  if (!optimizer || (sharding == Sharding::none && !master)) return optimizer;
+  if (sharding == Sharding::none)
+    return shard_optimizer(*optimizer, group, ShardedOptimizerOptions().mixed_precision(policy).replicate(true));
+  if (sharding == Sharding::full) {
     KILN_CHECK(model != nullptr, "Trainer: the model is null");
-    return shard_optimizer(*optimizer, group, fsdp_optimizer_options(*model, *optimizer, o.fsdp_));
+    return shard_optimizer(*optimizer, group,
+                           fsdp_optimizer_options(*model, *optimizer, o.fsdp_).mixed_precision(policy));
   }
   return shard_optimizer(*optimizer, group, ShardedOptimizerOptions()
                                                 .bucket_cap_mb(o.ddp_.bucket_cap_mb_)
-                                                .first_bucket_cap_mb(o.ddp_.first_bucket_cap_mb_));
+                                                .first_bucket_cap_mb(o.ddp_.first_bucket_cap_mb_)
+                                                .mixed_precision(policy));
+}
+
+// Before anything is built: a policy the Trainer cannot honour fails naming why.
+const TrainerOptions& checked_policy(const TrainerOptions& o, const std::shared_ptr<ProcessGroup>& group) {
+  const MixedPrecisionPolicy& p = o.mixed_precision_;
+  p.check();
+  if (!p.keeps_16bit_parameters()) return o;
+  KILN_CHECK_VALUE(o.amp_ == p.param_dtype_, "Trainer: mixed_precision param_dtype ", p.param_dtype_,
+                   " needs amp ", p.param_dtype_, " (autocast keeps layer norm, softmax and the loss in f32 over the "
+                   "16-bit parameters), got amp ", o.amp_);
+  const Sharding sharding = group ? o.sharding_ : Sharding::none;
+  KILN_CHECK_VALUE(p.effective_reduce_dtype() == p.param_dtype_ || sharding == Sharding::zero2 ||
+                   sharding == Sharding::full || !group || group->size() == 1,
+                   "Trainer: mixed_precision reduce_dtype ", p.effective_reduce_dtype(), " with param_dtype ",
+                   p.param_dtype_, " needs sharding zero2 or full (they reduce-scatter into a gradient shard kept in "
+                   "reduce_dtype); under ", sharding_name(sharding), " DDP all-reduces the gradients in their own dtype");
+  KILN_CHECK_VALUE(!o.cuda_graph_, "Trainer: cuda_graph with a 16-bit mixed_precision policy is not supported");
+  return o;
 }
 
 }  // namespace
@@ -90,7 +122,7 @@ std::shared_ptr<optim::Optimizer> maybe_shard(std::shared_ptr<optim::Optimizer> 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer,
                  std::shared_ptr<ProcessGroup> group, TrainerOptions options, optim::LRLambda schedule)
     : model_(std::move(model)),
-      optimizer_(maybe_shard(std::move(optimizer), group, options, model_)),
+      optimizer_(maybe_shard(std::move(optimizer), group, checked_policy(options, group), model_)),
       sharded_(std::dynamic_pointer_cast<ShardedOptimizer>(optimizer_)),
       group_(std::move(group)),
       options_(std::move(options)),
@@ -322,7 +354,10 @@ void Trainer::save_checkpoint(const std::string& path, const std::string& data_c
   progress.data_cursor = data_cursor;
   for (auto& [name, t] : scaler_.state_dict()) progress.extra.emplace_back(kScalerPrefix + name, t);
   // FSDP: the parameters are sharded, so the model's state is gathered one unit at a time (rank 0 keeps it).
-  const optim::NamedTensors model_state = fsdp_ ? fsdp_->full_state_dict() : model_->state_dict();
+  // Master weights (Note [Master weights]): the f32 values, not the 16-bit parameters (collective).
+  const optim::NamedTensors model_state = fsdp_     ? fsdp_->full_state_dict()
+                                          : sharded_ ? with_master_weights(*sharded_, model_->state_dict())
+                                                     : model_->state_dict();
   if (sharded_ && options_.sharded_checkpoints_) {
     save_sharded_checkpoint(path, model_state, *sharded_, progress, *group_);  // collective
     return;
@@ -355,7 +390,11 @@ std::optional<std::string> Trainer::load_checkpoint(const std::string& path) {
   if (fsdp_) fsdp_->gather_full_params();  // collective
   optim::TrainingProgress progress;
   try {
-    progress = optim::load_checkpoint(path, model_->state_dict(), *optimizer_);
+    optim::NamedTensors target = model_->state_dict();
+    // Master weights: the file's f32 parameters load into stand-ins, then into the shards.
+    const std::vector<Tensor> masters = sharded_ ? master_stand_ins(*sharded_, target) : std::vector<Tensor>();
+    progress = optim::load_checkpoint(path, target, *optimizer_);
+    if (!masters.empty()) sharded_->load_master_parameters(masters);
     // Note [Sharded checkpoint files]: the index carried no optimizer state; the shards hold it.
     if (auto full = read_optimizer_shards(path, progress)) optimizer_->load_state_dict(*full);
   } catch (...) {

@@ -19,6 +19,7 @@
 #include <kiln/optim/optimizer.h>
 #include <kiln/parallel/ddp.h>
 #include <kiln/parallel/fsdp.h>
+#include <kiln/parallel/mixed_precision_policy.h>
 #include <kiln/parallel/process_group.h>
 #include <kiln/parallel/sharded_reducer.h>
 #include <kiln/parallel/sharding.h>
@@ -48,6 +49,12 @@ struct TrainerOptions {
   /// GradScaler unscales what the optimizer steps from (ShardedOptimizer::step_gradients).
   KILN_ARG(Sharding, sharding) = Sharding::none;
   KILN_ARG(bool, sharded_checkpoints) = false;
+  /// Note [Master weights] (sharded_optimizer.h): param_dtype bf16/f16 trains 16-bit parameters and
+  /// gradients with f32 master weights and moments only in each rank's shard (all of them under none,
+  /// or alone); reduce_dtype is what the gradients are reduced in (f32 needs zero2 or full: DDP
+  /// all-reduces the gradients in their own dtype). Needs amp set to param_dtype (autocast keeps
+  /// layer norm, softmax and the loss in f32). Default: f32 parameters, today's behaviour.
+  KILN_ARG(MixedPrecisionPolicy, mixed_precision);
   KILN_ARG(FSDPOptions, fsdp);
   /// Note [Whole-step CUDA graph] in parallel/trainer_graph.cpp, in the source tree: after cuda_graph_warmup
   /// eager steps, the device work of a whole step (every micro-step's forward and backward, unscale,
@@ -185,7 +192,8 @@ class Trainer {
   optim::LRScheduler& scheduler() { return scheduler_; }  ///< the schedule, stepped by step()
   optim::GradScaler& grad_scaler() { return scaler_; }  ///< disabled unless amp is f16
   DistributedDataParallel* ddp() const { return ddp_.get(); }  ///< null without DDP
-  ShardedOptimizer* sharded_optimizer() const { return sharded_.get(); }  ///< null unless sharded
+  /// null unless sharded or keeping master weights (Note [Master weights]; replicating under none)
+  ShardedOptimizer* sharded_optimizer() const { return sharded_.get(); }
   FullyShardedDataParallel* fsdp() const { return fsdp_.get(); }          ///< null unless sharding full
   const TrainerOptions& options() const { return options_; }  ///< as constructed
 
