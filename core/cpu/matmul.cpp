@@ -35,6 +35,8 @@ using Eigen::Dynamic;
 // own Eigen GEMM, so results depend on the thread count only as far as Eigen's blocking does.
 // With oneDNN (core/cpu/onednn/gemm.h) f32 products go to its sgemm instead: a single big product
 // is one sgemm threaded by oneDNN, batches are split as above with one single-threaded sgemm each.
+// KILN_ONEDNN_SGEMM=0 keeps f32 on Eigen (convolutions stay on oneDNN), to time the two: on the
+// Xeon VM's AVX2 set oneDNN's sgemm is the faster at every size (docs/benchmarks.md).
 constexpr double kSmallGemmWork = 128.0 * 128.0 * 128.0;  // M*N*K below which the batch is split
 
 // How Eigen sees one (rows, cols) operand: row-major (unit stride along a row) or column-major
@@ -83,7 +85,7 @@ template <class T>
 void gemm(const T* a, const MatLayout& la, const T* b, const MatLayout& lb, T* c, int64_t ldc, bool accumulate) {
 #if KILN_WITH_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
-    if (onednn_enabled()) {  // a column-major operand is the transpose of a row-major one
+    if (onednn_sgemm_enabled()) {  // a column-major operand is the transpose of a row-major one
       onednn::sgemm(la.rows, lb.cols, la.cols, a, !la.row_major, la.outer, b, !lb.row_major, lb.outer, c, ldc,
                     accumulate);
       return;
@@ -118,7 +120,7 @@ void threaded_gemm(const T* a, const MatLayout& la, const T* b, const MatLayout&
   const int64_t m = la.rows, n = lb.cols, threads = num_threads();
   const double work = double(m) * double(n) * double(la.cols);
   // oneDNN's sgemm threads one product itself (Note [oneDNN threads]).
-  const bool threads_itself = std::is_same_v<T, float> && onednn_enabled();
+  const bool threads_itself = std::is_same_v<T, float> && onednn_sgemm_enabled();
   if (threads <= 1 || work < kSmallGemmWork || threads_itself) {
     gemm<T>(a, la, b, lb, c, n, accumulate);
     return;

@@ -41,6 +41,14 @@ void set_onednn_enabled(bool on) {
   enabled_flag().store(on, std::memory_order_relaxed);
 }
 
+bool onednn_sgemm_enabled() {
+  static const bool sgemm = [] {
+    const char* env = std::getenv("KILN_ONEDNN_SGEMM");
+    return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0 || std::strcmp(env, "OFF") == 0));
+  }();
+  return sgemm && onednn_enabled();
+}
+
 int64_t onednn_calls() { return calls.load(std::memory_order_relaxed); }
 void count_onednn_call() { calls.fetch_add(1, std::memory_order_relaxed); }
 
