@@ -4,6 +4,8 @@
 // the group when the oldest unfinished collective passes its deadline (Note [Watchdog]).
 #include <kiln/parallel/gloo_process_group.h>
 
+#include <algorithm>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -134,6 +136,7 @@ struct Job {
   Clock::time_point issued;  // the deadline is issued + timeout
   std::function<void(uint32_t tag)> run;
   std::shared_ptr<GlooWork> work;
+  int64_t bytes = 0;  // the whole tensor's (the larger of input and output): the profiler's "bytes" arg
 };
 
 void check_tensor(const Tensor& t, const char* op, const char* arg) {
@@ -327,7 +330,8 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> enqueue(const char* name, DType dtype, int64_t numel_in, int64_t numel_out,
                                 std::function<void(uint32_t)> run) {
     auto work = std::make_shared<GlooWork>();
-    Job job{name, 0, Clock::now(), std::move(run), work};
+    Job job{name, 0, Clock::now(), std::move(run), work,
+            std::max(numel_in, numel_out) * int64_t(dtype_size(dtype))};
     if (size() == 1) {
       // Nothing to wait for on one rank: the collective (a local copy at most) runs now, in the
       // caller's thread, and its Work is complete when returned. Sequence numbers, errors, the
@@ -402,7 +406,8 @@ class GlooProcessGroup final : public ProcessGroup {
     watchdog_->entered(job.seq);
     watchdog_->recorder().started(job.seq);
     try {
-      profiler::Range range(job.name, profiler::Category::comm, {"seq", int64_t(job.seq)});  // until completion
+      profiler::Range range(job.name, profiler::Category::comm, {"seq", int64_t(job.seq)},  // until completion
+                            {"bytes", job.bytes});
       job.run(static_cast<uint32_t>(job.seq));
     } catch (const std::exception& e) {
       error = e.what();

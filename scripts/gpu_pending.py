@@ -97,6 +97,8 @@ def plan():
         gpu_test("models_cuda_gpt_fused_head", "chunked-head", 90, 15, lane="head"),
         gpu_test("core_cuda_layer_norm", "layer-norm-variants", 120, 40, lane="ln"),
         gpu_test("core_cuda_graph", "cuda-graph", 120, 40, lane="head", sanitize=True),
+        # Issue #49's GPU part: NCCL's 16-bit collectives and the bf16 policy, two ranks on the one GPU.
+        gpu_test("parallel_cuda_mixed_precision", None, 120, 30, lane="policy"),
     ]
     # Training: gpt-tiny, 50 bf16 steps per path, all side by side (a few hundred MiB each).
     steps.append(Step("train", "synthetic shards", ["{build}/apps/kiln-make-shards", "--synthetic", "--tokens",

@@ -7,7 +7,15 @@
 #include <kiln/parallel/powersgd_hook.h>
 #include <kiln/parallel/sharding.h>
 
+#include "dtype_flag.h"
+
 namespace kiln::apps {
+
+namespace {
+
+const std::vector<DType> kPolicyDtypes = {DType::f32, DType::bf16, DType::f16};
+
+}  // namespace
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& f, const std::string& full_units) {
   app.add_option("--sharding", f.sharding, "data parallel sharding: none (DDP), zero1 (optimizer state sharded, "
@@ -19,6 +27,12 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f, const std::string& full
                "either kind resumes at any world size and sharding");
   app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP: MiB of gradients per all-reduce bucket (torch's "
                  "bucket_cap_mb; the first bucket is 1 MiB)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--param-dtype", f.param_dtype, "parameters and gradients in this dtype (FSDP2's MixedPrecisionPolicy "
+                 "param_dtype): bf16/f16 keep f32 master weights and AdamW moments only for each rank's shard (all of "
+                 "them under --sharding none); needs --dtype set to the same; f32: f32 parameters under autocast")
+      ->transform(dtype_flag(kPolicyDtypes))->capture_default_str();
+  app.add_option("--reduce-dtype", f.reduce_dtype, "with --param-dtype bf16/f16: the dtype gradients are reduced in "
+                 "(default: --param-dtype; f32 needs --sharding zero2 or full)")->transform(dtype_flag(kPolicyDtypes));
   app.add_option("--comm-hook", f.comm_hook, "DDP gradient reduction: none (built-in all-reduce), allreduce (the same "
                  "as a hook), fp16 or bf16 (16-bit on the wire), powersgd (rank --powersgd-rank with error feedback)")
       ->check(CLI::IsMember({"none", "allreduce", "fp16", "bf16", "powersgd"}))->capture_default_str();
@@ -31,7 +45,16 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& f, const std::string& full
 dist::TrainerOptions with_parallel_flags(dist::TrainerOptions options, const ParallelFlags& f) {
   return options.sharding(dist::parse_sharding(f.sharding))
       .sharded_checkpoints(f.sharded_checkpoints)
-      .ddp(dist::DDPOptions().bucket_cap_mb(f.bucket_cap_mb));
+      .ddp(dist::DDPOptions().bucket_cap_mb(f.bucket_cap_mb))
+      .mixed_precision(mixed_precision_policy(f));
+}
+
+dist::MixedPrecisionPolicy mixed_precision_policy(const ParallelFlags& f) {
+  dist::MixedPrecisionPolicy p;
+  p.param_dtype(parse_dtype_flag(f.param_dtype, kPolicyDtypes));
+  if (!f.reduce_dtype.empty()) p.reduce_dtype(parse_dtype_flag(f.reduce_dtype, kPolicyDtypes));
+  p.check();
+  return p;
 }
 
 void register_comm_hook(dist::Trainer& trainer, const ParallelFlags& f, uint64_t seed) {

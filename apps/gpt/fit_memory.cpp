@@ -167,7 +167,8 @@ void apply_fit_memory(const FitMemoryFlags& flags, const models::GPTConfig& conf
                            .amp(amp)
                            .fused_head(models::uses_fused_head(parse_fused_head(fused_head), job.device))
                            .plan(dist::MemoryPlanOptions().sharding(mode).world_size(job.world)
-                                     .bucket_cap_mb(parallel.bucket_cap_mb));
+                                     .bucket_cap_mb(parallel.bucket_cap_mb)
+                                     .mixed_precision(mixed_precision_policy(parallel)));
   if (flags.recompute && flags.recompute->count() > 0) o.recompute_modes({parse_recompute_flag(recompute)});
   const FitMemoryPlan plan = fit_gpt_memory(o);
   batch_size = plan.micro_batch;

@@ -3,7 +3,7 @@
 # from tests/CMakeLists.txt when the apps are built.
 set(_gpt_apps_dir ${CMAKE_CURRENT_SOURCE_DIR}/apps)
 set(_gpt_apps_bins $<TARGET_FILE_DIR:train_gpt>)
-foreach(_case converge resume ddp fp16 profile sharding powersgd preempt fit_memory)
+foreach(_case converge resume ddp fp16 profile sharding powersgd preempt fit_memory mixed_precision)
   add_test(NAME apps_gpt_${_case}
            COMMAND /bin/bash ${_gpt_apps_dir}/gpt_${_case}.sh ${_gpt_apps_bins} ${CMAKE_CURRENT_BINARY_DIR}/apps_gpt_${_case})
 endforeach()
@@ -16,6 +16,7 @@ set_tests_properties(apps_gpt_preempt PROPERTIES TIMEOUT 300 PROCESSORS 2)
 set_tests_properties(apps_gpt_sharding PROPERTIES TIMEOUT 240)
 set_tests_properties(apps_gpt_powersgd PROPERTIES LABELS "apps;models;cpu;dist" TIMEOUT 300 PROCESSORS 2)
 set_tests_properties(apps_gpt_fit_memory PROPERTIES LABELS "apps;models;cpu;dist" TIMEOUT 120 PROCESSORS 2)
+set_tests_properties(apps_gpt_mixed_precision PROPERTIES LABELS "apps;models;cpu;dist" TIMEOUT 240 PROCESSORS 2)
 
 # On the GPU (CUDA builds): CPU-vs-CUDA agreement, bf16, NCCL ranks sharing the device.
 if(KILN_WITH_CUDA)

@@ -41,16 +41,22 @@ inline int gpu_ranks_or_skip() {
 // device `rank` over a file store in a fresh directory named after `name`. blocking_wait: Work::wait
 // blocks the host until the collective ends (a host sync); without it, wait only orders the
 // caller's stream after the collective.
+// min_world: at least that many ranks, sharing the GPUs round robin (one GPU is what a lent machine
+// has); ranks sharing a GPU each get their own NCCL_HOSTID, since NCCL refuses two ranks of one host
+// on one device.
 inline void run_nccl_ranks(const std::string& name,
                            const std::function<void(dist::ProcessGroup& gloo, std::shared_ptr<dist::ProcessGroup> nccl)>& fn,
-                           bool blocking_wait = true) {
-  const int world = gpu_ranks_or_skip();
+                           bool blocking_wait = true, int min_world = 1) {
+  const int gpus = gpu_ranks_or_skip();
+  const int world = std::max(gpus, min_world);
   TempDir dir(name);
   const std::string path = dir.path;
   run_ranks(world, [&](dist::ProcessGroup& gloo) {
     const int r = gloo.rank();
+    if (world > gpus) ::setenv("NCCL_HOSTID", ("kiln-test-rank-" + std::to_string(r)).c_str(), 1);
     auto store = dist::make_file_store(path, world);
-    fn(gloo, dist::make_nccl_process_group(store, r, world, dist::NcclOptions().device(r).blocking_wait(blocking_wait)));
+    fn(gloo, dist::make_nccl_process_group(store, r, world,
+                                           dist::NcclOptions().device(r % gpus).blocking_wait(blocking_wait)));
   });
 }
 
