@@ -59,9 +59,10 @@ inline C row_max(const C* x, int64_t n) {
 #endif
   constexpr int64_t kWidth = kBytes / sizeof(C);
   typedef C Vec __attribute__((vector_size(kBytes)));
-  Vec m[kRowMaxRegisters];
-  for (Vec& v : m)
-    for (int64_t j = 0; j < kWidth; ++j) v[j] = -std::numeric_limits<C>::infinity();
+  Vec lowest;
+  for (int64_t j = 0; j < kWidth; ++j) lowest[j] = -std::numeric_limits<C>::infinity();
+  static_assert(kRowMaxRegisters == 4);
+  Vec m[kRowMaxRegisters] = {lowest, lowest, lowest, lowest};  // whole values: no maybe-uninitialized
   int64_t i = 0;
   for (; i + kRowMaxRegisters * kWidth <= n; i += kRowMaxRegisters * kWidth)
     for (int k = 0; k < kRowMaxRegisters; ++k) {

@@ -19,7 +19,7 @@ namespace {
 
 constexpr int64_t kGlobalRows = 12;
 
-std::vector<double> values(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>(); }
+std::vector<double> host_values(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>(); }
 
 // Eight bf16-policy steps of the FSDP fixtures' net on `device` over `pg`: the logged losses.
 std::vector<double> train(ProcessGroup& pg, std::shared_ptr<ProcessGroup> group, Device device, Sharding mode,
@@ -56,10 +56,10 @@ TEST_CASE("NCCL bf16 all-reduce, reduce-scatter and all-gather equal the CPU's v
     nccl->allreduce(sum)->wait();
     std::vector<double> want = nccl_average(world, n);
     for (double& v : want) v *= world;
-    expect_rel(values(sum), want, 0.0, 1e-9, "bf16 all-reduce");
+    expect_rel(host_values(sum), want, 0.0, 1e-9, "bf16 all-reduce");
     Tensor part = zeros({chunk}, TensorOptions(DType::bf16).device(dev));
     nccl->reduce_scatter(part, mine)->wait();
-    expect_rel(values(part), std::vector<double>(want.begin() + r * chunk, want.begin() + (r + 1) * chunk), 0.0, 1e-9,
+    expect_rel(host_values(part), std::vector<double>(want.begin() + r * chunk, want.begin() + (r + 1) * chunk), 0.0, 1e-9,
                "bf16 reduce-scatter");
     Tensor whole = zeros({n}, TensorOptions(DType::bf16).device(dev));
     nccl->allgather(whole, mine.narrow(0, r * chunk, chunk))->wait();
@@ -68,7 +68,7 @@ TEST_CASE("NCCL bf16 all-reduce, reduce-scatter and all-gather equal the CPU's v
       std::vector<double> c = nccl_contributions(q, chunk, q * chunk);
       gathered.insert(gathered.end(), c.begin(), c.end());
     }
-    expect_rel(values(whole), gathered, 0.0, 1e-9, "bf16 all-gather");
+    expect_rel(host_values(whole), gathered, 0.0, 1e-9, "bf16 all-gather");
   }, true, /*min_world=*/2);
 }
 
