@@ -42,11 +42,15 @@ struct Bytes {
 
 struct Precision {
   DType amp = DType::f32;
-  bool policy = false;  // the bf16 MixedPrecisionPolicy (amp bf16)
+  bool policy = false;      // the bf16 MixedPrecisionPolicy (amp bf16)
+  bool reduce_f32 = false;  // ... with reduce_dtype f32
   dist::MixedPrecisionPolicy mixed() const {
-    return policy ? dist::MixedPrecisionPolicy().param_dtype(DType::bf16) : dist::MixedPrecisionPolicy();
+    dist::MixedPrecisionPolicy p;
+    if (policy) p.param_dtype(DType::bf16);
+    if (reduce_f32) p.reduce_dtype(DType::f32);
+    return p;
   }
-  std::string name() const { return policy ? "bf16 policy" : dtype_name(amp); }
+  std::string name() const { return policy ? (reduce_f32 ? "bf16 policy, f32 reduce" : "bf16 policy") : dtype_name(amp); }
 };
 
 dist::MemoryPlan plan(const models::GPT& model, const models::GPTConfig& c, Sharding mode, Precision prec, int world,
@@ -129,7 +133,7 @@ void check_modes(std::initializer_list<Sharding> modes, bool views = false,
           expect(std::fabs(got.after_step - double(want.after_step())) <= 0.10 * double(want.after_step()),
                  what + ": after a step beyond 10%");
           expect(std::fabs(got.peak - double(want.peak())) <= 0.20 * double(want.peak()), what + ": peak beyond 20%");
-          if (prec.policy) {
+          if (prec.policy && !prec.reduce_f32) {
             const double rule = paper_rule_bytes(mode, n, params, want);
             expect(std::fabs(got.after_step - rule) <= 0.10 * rule,
                    what + ": beyond 10% of the ZeRO paper's rule, " + std::to_string(rule / params) + " B/param");
@@ -154,4 +158,8 @@ TEST_CASE("the planner matches the allocator on forked ranks: DDP and ZeRO-1 wit
 
 TEST_CASE("the bf16 policy at world 2-4: the planner and the ZeRO paper's rule match the allocator, every mode") {
   check_modes({Sharding::none, Sharding::zero1, Sharding::zero2, Sharding::full}, false, {{DType::bf16, true}});
+}
+
+TEST_CASE("the bf16 policy with f32 reductions at world 2-4: ZeRO-2's and FSDP's f32 gradient shard, as planned") {
+  check_modes({Sharding::zero2, Sharding::full}, false, {{DType::bf16, true, true}});
 }
