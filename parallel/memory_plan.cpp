@@ -118,16 +118,12 @@ MemoryPlan plan_memory(const MemoryPlanModel& model, const MemoryPlanOptions& o)
   } else if (mode == Sharding::zero2) {
     const ShardLayout layout(tensors, 0, n, first_cap, cap);
     std::vector<int64_t> whole;
-    int64_t flats = 0;
-    for (const ShardBucket& b : layout.buckets()) {
-      whole.push_back(b.chunk * n);
-      flats += b.chunk * n;
-    }
+    for (const ShardBucket& b : layout.buckets()) whole.push_back(b.chunk * n);
     m.parameters = pb * p;
     m.gradients = rb * layout.local_numel();
     m.master_weights = 4 * layout.local_numel();
     m.optimizer_states = state * layout.local_numel();
-    m.reduce_buffers = rb * flats;                                  // Note [ZeRO-2 gradients]: kept until finish()
+    m.reduce_buffers = rb * largest_pair(whole, true);              // Note [ZeRO-2 gradients]: two in flight
     m.full_gradients = gb * layout.buckets().back().numel;          // the last bucket's, as its buffer is made
     m.parameter_gather = pb * largest_pair(whole, true);
     end_extra = m.reduce_buffers + m.full_gradients;

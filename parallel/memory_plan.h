@@ -73,7 +73,7 @@ struct MemoryPlan {
   /// Alive during a step only:
   int64_t full_gradients = 0;    ///< .grad outside the buckets at their most (none, ZeRO-1: all, freed by zero_grad;
                                  ///< ZeRO-2: the last bucket's; FSDP: a unit's or the root's)
-  int64_t reduce_buffers = 0;    ///< reduce-scatter buffers at their most: ZeRO-2 all buckets until finish(),
+  int64_t reduce_buffers = 0;    ///< reduce-scatter buffers at their most: ZeRO-2 two adjacent buckets in flight,
                                  ///< FSDP two units in flight, or the root's and one unit's at the end
   int64_t gathered = 0;          ///< FSDP: the root and the units gathered during backward (prefetch: two)
   int64_t parameter_gather = 0;  ///< ZeRO-1/2's step: two buckets all-gathered at once
@@ -94,8 +94,8 @@ struct MemoryPlan {
 ///                      gathered (the one computing, the one prefetched); or, for FSDP, the first unit's
 ///                      full gradients and its reduce-scatter buffer in place of the block transient;
 ///   end of backward    S + every full gradient outside the buckets (none and ZeRO-1 without bucket
-///                      views), ZeRO-2's reduce-scatter buffers of every bucket (ShardedReducer keeps them
-///                      until finish()) with the last bucket's gradients, FSDP's root gathered with its
+///                      views), ZeRO-2's reduce-scatter buffers of the last two buckets (ShardedReducer keeps
+///                      two in flight) with the last bucket's gradients, FSDP's root gathered with its
 ///                      gradients, its buffer and one unit's; plus the end transient;
 ///   optimizer step     S + .grad (DDP without views) + ZeRO-1/2's all-gather of two buckets; with a
 ///                      16-bit policy also the f32 copy of the gradients the rank steps and ZeRO-1/2's

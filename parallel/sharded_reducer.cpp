@@ -77,6 +77,15 @@ void ShardedReducer::launch(size_t b) {
   NoGradGuard no_grad;
   const ShardBucket& bucket = optimizer_->layout().buckets()[b];
   ProcessGroup& group = optimizer_->process_group();
+  // At most two flat buffers alive (DeepSpeed's double-buffered reduce bucket, FSDP's rule): the
+  // oldest reduce-scatter in flight is waited for, and its buffer freed, before a third is made.
+  if (in_flight_.size() >= 2) {
+    const size_t oldest = in_flight_.front();
+    in_flight_.erase(in_flight_.begin());
+    works_[oldest]->wait();  // a failure surfaces here, inside backward, naming the bucket
+    works_[oldest] = nullptr;
+    flats_[oldest] = Tensor();
+  }
   const Tensor& first = params_[bucket.params.front()];
   // In the local gradient's dtype: the policy's reduce_dtype (Note [Master weights]), else the parameters'.
   const DType dtype = optimizer_->local_grad().dtype();
@@ -89,6 +98,7 @@ void ShardedReducer::launch(size_t b) {
   Tensor out = optimizer_->local_grad().narrow(0, bucket.local_offset, bucket.chunk);
   flats_[b] = flat;
   works_[b] = group.reduce_scatter(out, flat, AllreduceOptions().op(ReduceOp::sum));
+  in_flight_.push_back(b);
   launch_order_.push_back(b);
   ++launched_total_;
 }
@@ -110,6 +120,7 @@ void ShardedReducer::finish() {
     works_[b] = nullptr;
     flats_[b] = Tensor();
   }
+  in_flight_.clear();
   active_ = false;
   KILN_CHECK_DIST(error.empty(), "ShardedReducer: a reduce_scatter failed: ", error);
   KILN_CHECK_DIST(count == 0, "ShardedReducer: ", count, " parameter(s) got no gradient in this synced backward "

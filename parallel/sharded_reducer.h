@@ -20,7 +20,9 @@ namespace kiln::dist {
 /// In a synced backward, when every parameter of bucket b has its gradient (buckets launch in
 /// order, as DDP's do), the gradients are copied into a padded flat buffer, their .grad is set to
 /// none (freed), and reduce_scatter(sum) writes this rank's chunk of the sum into the optimizer's
-/// local_grad(); finish() waits and multiplies by 1/world, DDP's own arithmetic (so the shards hold
+/// local_grad(). At most two buckets' flat buffers are alive: launching a third first waits for the
+/// oldest reduce-scatter and frees its buffer (DeepSpeed's double-buffered reduce bucket; FSDP does
+/// the same per unit). finish() waits and multiplies by 1/world, DDP's own arithmetic (so the shards hold
 /// the bits of DDP's averaged gradients where the sum order agrees: always at world 1 and 2).
 /// Gradient accumulation: under no_sync the hooks do nothing and .grad accumulates unsharded, as in
 /// DDP and FSDP's no_sync. That costs a full gradient (4 B/param) during accumulation, but no
@@ -64,6 +66,7 @@ class ShardedReducer : public std::enable_shared_from_this<ShardedReducer> {
   size_t next_launch_ = 0;
   std::vector<Tensor> flats_;                 ///< per bucket while launched
   std::vector<std::shared_ptr<Work>> works_;  ///< per bucket while launched
+  std::vector<size_t> in_flight_;             ///< launched buckets not yet waited for, oldest first (at most 2)
   std::vector<size_t> launch_order_;
   int64_t launched_total_ = 0;
 };

@@ -137,7 +137,7 @@ TEST_CASE("the planner's step terms: buckets, reduce-scatter buffers, gathers an
   CHECK(z1.master_weights == 4 * p / 2);           // three buckets of 1 MiB, half of each
   CHECK(z1.parameter_gather == 2 * 4 * mib);      // two buckets whole
   const dist::MemoryPlan z2 = plan(Sharding::zero2, 2);
-  CHECK(z2.reduce_buffers == 4 * p);               // every bucket's buffer until finish()
+  CHECK(z2.reduce_buffers == 2 * 4 * mib);         // two buckets in flight (a third waits for the oldest)
   CHECK(z2.full_gradients == 4 * mib);             // the last bucket's gradients
   const dist::MemoryPlan fsdp = plan(Sharding::full, 2);
   CHECK(fsdp.gathered == 4 * 3 * mib);             // root + two units
