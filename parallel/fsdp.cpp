@@ -116,7 +116,8 @@ ShardedOptimizerOptions fsdp_optimizer_options(nn::Module& model, const optim::O
                                                const FSDPOptions& options) {
   std::vector<std::vector<size_t>> buckets;
   for (auto& u : plan_units(model, flat_params_of(optimizer), options)) buckets.push_back(std::move(u.params));
-  return ShardedOptimizerOptions().buckets(std::move(buckets)).gather_parameters(false);
+  return ShardedOptimizerOptions().buckets(std::move(buckets)).gather_parameters(false)
+      .mixed_precision(options.mixed_precision_);
 }
 
 std::shared_ptr<FullyShardedDataParallel> FullyShardedDataParallel::create(std::shared_ptr<nn::Module> model,

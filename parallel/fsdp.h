@@ -14,6 +14,7 @@
 #include <kiln/core/storage.h>
 #include <kiln/nn/module.h>
 #include <kiln/optim/optimizer.h>
+#include <kiln/parallel/mixed_precision_policy.h>
 #include <kiln/parallel/sharded_optimizer.h>
 
 namespace kiln::dist {
@@ -27,6 +28,11 @@ struct FSDPOptions {
   KILN_ARG(bool, prefetch) = true;           ///< forward and backward prefetch (Note [FSDP schedule])
   KILN_ARG(bool, broadcast_buffers) = true;  ///< rank 0's buffers to every rank in prepare_forward (DDP's)
   KILN_ARG(bool, record_events) = false;     ///< keep events() (tests, debugging; grows every step)
+  /// FSDP2's mp_policy: a 16-bit param_dtype gathers 16-bit units and keeps f32 master weights in the
+  /// shard (Note [Master weights] in sharded_optimizer.h); run forward under autocast of that dtype.
+  /// The Trainer takes TrainerOptions::mixed_precision instead (this one must then be the default or
+  /// the same).
+  KILN_ARG(MixedPrecisionPolicy, mixed_precision);
 };
 
 /// Note [FSDP unit storage]
@@ -37,8 +43,9 @@ struct FSDPOptions {
 /// its autograd meta and its hooks, the optimizer and the graph keep their handles, and a view that
 /// the graph saved for backward (an f32 matmul's weight) sees the bytes again once the unit is
 /// re-gathered for backward. The persistent copy of the parameters is the optimizer's
-/// local_params() (c elements per unit); there are no other master weights (Kiln's autocast casts
-/// per op, so bf16 autocast keeps the same state as f32).
+/// local_params() (c elements per unit); by default there are no other master weights (Kiln's
+/// autocast casts per op, so bf16 autocast keeps the same state as f32); with a 16-bit policy the units
+/// are 16-bit and gathered from the optimizer's 16-bit local_compute_params().
 /// Persistent state per rank, f32 AdamW: parameter chunk 4 + gradient chunk 4 + m, v 8 = 16/N B/param
 /// (plus the padding, < N elements per unit). During a step: the root unit's parameters (gathered from
 /// prepare_forward until its backward ends), at most two other units (the one computing and the one
@@ -196,7 +203,7 @@ using FSDP = FullyShardedDataParallel;
 
 /// ShardedOptimizerOptions whose explicit buckets are `model`'s units (Note [FSDP schedule]'s order)
 /// over the parameters of `optimizer` (registration order over its groups), with gather_parameters
-/// off. Every optimizer parameter must be a parameter of `model`.
+/// off and `options`' mixed_precision. Every optimizer parameter must be a parameter of `model`.
 ShardedOptimizerOptions fsdp_optimizer_options(nn::Module& model, const optim::Optimizer& optimizer,
                                                const FSDPOptions& options);
 

@@ -103,6 +103,11 @@ std::shared_ptr<optim::Optimizer> maybe_shard(std::shared_ptr<optim::Optimizer> 
 const TrainerOptions& checked_policy(const TrainerOptions& o, const std::shared_ptr<ProcessGroup>& group) {
   const MixedPrecisionPolicy& p = o.mixed_precision_;
   p.check();
+  const MixedPrecisionPolicy& f = o.fsdp_.mixed_precision_;
+  KILN_CHECK_VALUE(!f.keeps_16bit_parameters() || (f.param_dtype_ == p.param_dtype_ &&
+                   f.effective_reduce_dtype() == p.effective_reduce_dtype()), "Trainer: FSDPOptions::mixed_precision "
+                   "(param_dtype ", f.param_dtype_, ") differs from TrainerOptions::mixed_precision (param_dtype ",
+                   p.param_dtype_, "); the Trainer takes TrainerOptions::mixed_precision: set that one");
   if (!p.keeps_16bit_parameters()) return o;
   KILN_CHECK_VALUE(o.amp_ == p.param_dtype_, "Trainer: mixed_precision param_dtype ", p.param_dtype_,
                    " needs amp ", p.param_dtype_, " (autocast keeps layer norm, softmax and the loss in f32 over the "

@@ -32,6 +32,8 @@ struct FsdpSpec {
   bool prefetch = true;
   bool recompute = false;
   Device device = Device::cpu();  // where the model and the batches live (CUDA: an NCCL group)
+  dist::MixedPrecisionPolicy policy;  // FSDPOptions::mixed_precision (FSDP2's mp_policy)
+  int64_t* gathered_bytes = nullptr;  // FullyShardedDataParallel::gathered_bytes() after the run, when set
 };
 
 // The model's full parameters, gathered and released again (collective).
@@ -52,7 +54,8 @@ inline ZeroRun train_fsdp(dist::ProcessGroup& pg, const ZeroSpec& s, const FsdpS
   const auto adamw = optim::AdamWOptions(1e-2).weight_decay(0.1);
   optim::AdamW like(net->parameters(), adamw);
   auto fsdp = dist::FullyShardedDataParallel::create(net, like, test::borrow(pg),
-                                                     dist::FSDPOptions().wrap(f.wrap).prefetch(f.prefetch).record_events(true));
+                                                     dist::FSDPOptions().wrap(f.wrap).prefetch(f.prefetch).record_events(true)
+                                                         .mixed_precision(f.policy));
   auto opt = fsdp->sharded_optimizer();
   ModeSteps m;
   m.opt = opt;
@@ -66,6 +69,11 @@ inline ZeroRun train_fsdp(dist::ProcessGroup& pg, const ZeroSpec& s, const FsdpS
   if (after_step) m.after_step = [&](int step) { after_step(*fsdp, step); };
   ZeroRun run;
   run.losses = train_steps(pg, s, f.device, m);
+  if (f.gathered_bytes) {
+    fsdp->gather_full_params();
+    *f.gathered_bytes = fsdp->gathered_bytes();
+    fsdp->reshard_full_params(/*writeback=*/false);
+  }
   run.weights = fsdp_parameters(*fsdp);
   return run;
 }

@@ -5,7 +5,9 @@
 // element plus of the largest weight, as test_zero.cpp), bitwise at world 1 and 2 (the ring's sum is
 // the all-reduce's a + b). The schedule (Note [FSDP schedule]) is checked from the recorded events:
 // each unit's all-gather is launched before the previous unit computes (prefetch), gathers happen
-// again before backward and in the recompute, and parameters are released in between.
+// again before backward and in the recompute, and parameters are released in between. With a bf16
+// mixed_precision policy (FSDP2's mp_policy) the units are bf16: half the gathered bytes, the steps of
+// bf16 autocast within bf16 noise.
 #include "parallel/fsdp_fixtures.h"
 
 #include <algorithm>
@@ -188,5 +190,24 @@ TEST_CASE("FSDP names a unit whose backward did not finish") {
     fsdp->prepare_forward();
     mse_loss(net->forward(x), y).backward();
     expect_contains(error_of([&] { fsdp->finish(); }, "unused unit"), "'spare'", "unused unit");
+  });
+}
+
+TEST_CASE("FSDP with a bf16 mixed_precision policy: bf16 units, half the gathered bytes, bf16 autocast's steps") {
+  run_worlds({2, 3}, [](dist::ProcessGroup& pg) {
+    ZeroSpec spec;
+    spec.amp = DType::bf16;
+    int64_t f32_bytes = 0, bf16_bytes = 0;
+    FsdpSpec f;
+    f.gathered_bytes = &f32_bytes;
+    const ZeroRun autocast = train_fsdp(pg, spec, f);
+    f.policy = dist::MixedPrecisionPolicy().param_dtype(DType::bf16);
+    f.gathered_bytes = &bf16_bytes;
+    const ZeroRun policy = train_fsdp(pg, spec, f);
+    const std::string at = " at world " + std::to_string(pg.size());
+    expect(f32_bytes > 0 && bf16_bytes * 2 == f32_bytes, "bf16 units hold half the bytes" + at);
+    // bf16 gradients and parameters against f32 ones under the same autocast: bf16 rounding apart
+    // (tests/parallel/test_trainer_mixed_precision.cpp measures the same distance through the Trainer).
+    expect_rel(policy.losses, autocast.losses, 5e-3, 0.0, "policy losses vs autocast" + at);
   });
 }

@@ -321,6 +321,11 @@ TEST_CASE("A 16-bit policy the Trainer cannot honour fails naming why") {
                           MixedPrecisionPolicy().param_dtype(DType::f32).reduce_dtype(DType::bf16)));
                     }, "f32 params, bf16 reduce"),
                     "with f32 parameters is not supported", "reduce_dtype without 16-bit parameters");
+    expect_contains(error_of([&] {
+                      make(TrainerOptions().amp(DType::bf16).sharding(Sharding::full)
+                               .fsdp(FSDPOptions().mixed_precision(MixedPrecisionPolicy().param_dtype(DType::f16))));
+                    }, "FSDPOptions' policy"),
+                    "the Trainer takes TrainerOptions::mixed_precision", "FSDPOptions' policy differs");
   });
 }
 
