@@ -25,112 +25,15 @@
 #include "gpt/mfu.h"
 #include "gpt/model_flags.h"
 #include "gpt/report.h"
+#include "gpt/train_batches.h"
+#include "gpt/train_flags.h"
 #include "gpt/val_loss.h"
 
 using namespace kiln;
 
 namespace {
 
-const std::vector<DType> kDTypes = {DType::f32, DType::bf16, DType::f16};  // --dtype
-
-struct Args {
-  apps::ModelFlags shape;
-  std::string train, val;
-  int64_t batch_size = 8, seq_len = 128, total_batch_tokens = 0;
-  double lr = 6e-4, min_lr = 6e-5, weight_decay = 0.1, grad_clip = 1.0;
-  int64_t warmup_steps = 20, steps = 200, stop_after = 0;
-  std::string dtype = "f32", device = "cpu";
-  int64_t eval_every = 0, eval_tokens = 65536, log_every = 10;
-  int64_t checkpoint_every = 0;
-  std::string checkpoint_dir;
-  bool resume = false;
-  bool cuda_graph = false;
-  std::string recompute = "none", fused_head = "auto";
-  apps::FitMemoryFlags fit;
-  apps::ParallelFlags parallel;
-  uint64_t seed = 1337;
-  int threads = 0;
-  std::string metrics, loss_svg;
-  std::optional<double> entropy_floor;
-  double peak_flops = 0;
-  apps::ProfileFlags profile;
-};
-
-void add_flags(CLI::App& app, Args& a, double& floor_flag) {
-  apps::add_model_flags(app, a.shape, "preset");
-  app.add_option("--train", a.train, "glob of the training shards, e.g. 'data/train_*.bin'")->required();
-  app.add_option("--val", a.val, "glob of the validation shards (needed by --eval-every)");
-  app.add_option("--batch-size,-b", a.batch_size, "B: sequences per micro-batch per rank")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seq-len,-t", a.seq_len, "T: tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--total-batch-tokens", a.total_batch_tokens,
-                 "tokens per optimizer step over all ranks; gradient accumulation = this / (B*T*world size), "
-                 "which must divide (0: B*T*world size, no accumulation)")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", a.lr, "peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--min-lr", a.min_lr, "learning rate at the end of the cosine decay")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--warmup-steps", a.warmup_steps, "linear warmup steps, then cosine decay to --min-lr at --steps")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--steps", a.steps, "optimizer steps of the whole run")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--stop-after", a.stop_after,
-                 "end this process after step N (checkpointing it; continue with --resume), keeping the --steps "
-                 "schedule: for preemptible jobs (0: run to --steps)")->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", a.weight_decay,
-                 "AdamW decoupled weight decay of the 2-D (and higher) weights; biases, LayerNorm and other 1-D "
-                 "parameters get none (nanoGPT/llm.c). Betas (0.9, 0.95), eps 1e-8")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--grad-clip", a.grad_clip, "clip the global gradient norm to this (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--dtype", a.dtype, "f32 (or fp32), or autocast to bf16, or f16 (or fp16) with a loss scaler")
-      ->transform(apps::dtype_flag(kDTypes))->capture_default_str();
-  app.add_option("--eval-every", a.eval_every, "validation loss every N steps and at the end (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--eval-tokens", a.eval_tokens, "validation tokens per evaluation (over all ranks, from the start "
-                 "of the val shards)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--log-every", a.log_every, "print and record the loss every N steps, and at the first and last (each syncs the ranks)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--checkpoint-every", a.checkpoint_every,
-                 "write DIR/step_<N>.safetensors every N steps, keeping the last 2 (0: only at the end)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--checkpoint-dir", a.checkpoint_dir,
-                 "checkpoint directory; also gets config.json (the model's shape, read by sample_gpt) and the "
-                 "final checkpoint");
-  app.add_flag("--resume", a.resume, "continue from the latest checkpoint in --checkpoint-dir (model, optimizer, "
-               "schedule, RNG, data cursor), if there is one");
-  apps::add_memory_flags(app, a.recompute, a.fused_head);
-  apps::add_fit_memory_flag(app, a.fit);
-  app.add_flag("--cuda-graph", a.cuda_graph, "capture the whole training step as one CUDA graph after 3 eager steps "
-               "and replay it (--device cuda, one process, no sharding; the batch goes through static buffers). "
-               "Off by default: not yet run on a GPU");
-  apps::add_parallel_flags(app, a.parallel, "each transformer block");
-  app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
-  app.add_option("--device", a.device, "cpu or cuda (under a launcher each rank takes cuda:LOCAL_RANK)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--threads", a.threads, "CPU threads per process (0: OMP_NUM_THREADS or all cores)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--metrics", a.metrics, "JSONL file: one object per logged step (step, loss, lr, tokens_per_s, "
-                 "mfu, grad_norm, elapsed_s; fp16: skipped, skipped_steps since the last line), one per "
-                 "evaluation (val_loss); appended to on --resume");
-  app.add_option("--loss-svg", a.loss_svg, "write an SVG loss curve of this run at the end");
-  apps::add_profile_flags(app, a.profile);
-  app.add_option("--entropy-floor", floor_flag, "the data's entropy floor in nats/token, shown next to the loss "
-                 "(default: read from floor.txt next to the --train shards, which kiln-make-shards --synthetic writes)");
-  app.add_option("--peak-flops", a.peak_flops, "one rank's peak FLOP/s for MFU; default for cuda: 989e12 (H100/H200 "
-                 "dense bf16; half for f32/TF32), for the CPU its f32 peak derived from the CPU (vector width, 2 "
-                 "FMA units per core assumed, the threads' cores, the measured clock; printed at the start)");
-}
-
-// The loader's next batch for the step printed as `step`: a shard that changed under the run (an
-// IOError naming the file and offset, Note [Shards changed under a run]) names the step too.
-data::TokenBatch next_batch(data::TokenLoader& loader, int64_t step) {
-  try {
-    return loader.next();
-  } catch (const IOError& e) {
-    throw IOError(detail::str_cat(e.what(), " (train_gpt step ", step, ")"));
-  }
-}
-
-int run(Args a) {
+int run(apps::TrainGptArgs a) {
   dist::PreemptionGuard preemption;  // before any thread starts (Note [Signals and oneDNN])
   if (a.threads > 0) set_num_threads(a.threads);
   const models::GPTConfig config = apps::apply_overrides(a.shape, models::gpt_config(a.shape.model));
@@ -144,7 +47,7 @@ int run(Args a) {
   const apps::Job job = apps::join_job(apps::JobOptions().device(a.device));
   const Device device = job.device;
   const int world = job.world;
-  const DType amp = apps::parse_dtype_flag(a.dtype, kDTypes);
+  const DType amp = apps::parse_dtype_flag(a.dtype, apps::kTrainGptDTypes);
   if (a.fit.gib > 0)  // sets B and --recompute for the asked global batch (apps/gpt/fit_memory.h)
     apps::apply_fit_memory(a.fit, config, a.seq_len, job, amp, a.fused_head, a.parallel, a.batch_size,
                            a.total_batch_tokens, a.recompute);
@@ -233,7 +136,7 @@ int run(Args a) {
   // on the device (LogWindow).
   apps::LogWindow window;
   apps::StepProfiler profiler(a.profile, job.group, device);
-  std::vector<Tensor> static_x, static_y;  // --cuda-graph: one (B, T) pair per micro-step
+  apps::TrainBatches batches(train_loader, *model, device, a.cuda_graph);
   // SIGTERM/SIGINT/SIGUSR1: finish the step, checkpoint, exit 75 (Note [Preemption]; the guard is
   // made first thing in run(), before any thread). With NCCL the ranks agree at log steps, which read
   // the device anyway; on the CPU after every step.
@@ -243,28 +146,8 @@ int run(Args a) {
     const int64_t step = trainer.global_step();
     const bool log = step == first_step || (step + 1) % a.log_every == 0 || step + 1 == end_step;
     profiler.begin_step(step);
-    dist::StepStats s;
-    if (a.cuda_graph) {
-      // Note [Whole-step CUDA graph]: the captured step reads the same buffers every step.
-      for (int i = 0; i < accum; ++i) {
-        data::TokenBatch b = next_batch(train_loader, step + 1);
-        if (static_x.size() < size_t(accum)) {
-          static_x.push_back(empty(b.x.shape(), b.x.dtype(), device));
-          static_y.push_back(empty(b.y.shape(), b.y.dtype(), device));
-        }
-        static_x[i].copy_(b.x, /*non_blocking=*/true);
-        static_y[i].copy_(b.y, /*non_blocking=*/true);
-      }
-      s = trainer.step([&](int i) { return model->loss(static_x[i], static_y[i]); },
-                       dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
-    } else {
-      s = trainer.step(
-          [&](int) {
-            data::TokenBatch b = next_batch(train_loader, step + 1);
-            return model->loss(b.x.to(device, /*non_blocking=*/true), b.y.to(device, /*non_blocking=*/true));
-          },
-          dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
-    }
+    const dist::StepStats s = trainer.step(batches.micro_loss(step + 1, accum),
+                                           dist::StepOptions().items(a.batch_size * a.seq_len * accum).sync_loss(log));
     profiler.end_step(step);
     window.add(s);
     if (s.logged) {
@@ -320,9 +203,9 @@ int main(int argc, char** argv) {
                "(SLURM's --signal): the ranks finish the step, checkpoint it (--checkpoint-dir) and exit 75; "
                "--resume continues with no step lost; a second SIGTERM/SIGINT ends it at once.",
                "train_gpt"};
-  Args args;
+  apps::TrainGptArgs args;
   double floor_flag = std::numeric_limits<double>::quiet_NaN();
-  add_flags(app, args, floor_flag);
+  apps::add_train_gpt_flags(app, args, floor_flag);
   return apps::run_main(app, argc, argv, apps::AppMainOptions("train_gpt"), [&] {
     if (!std::isnan(floor_flag)) args.entropy_floor = floor_flag;
     return run(args);

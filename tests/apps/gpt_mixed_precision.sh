@@ -42,4 +42,5 @@ dtypes = {k: v["dtype"] for k, v in header.items() if k.startswith("model.")}
 assert dtypes and all(d == "F32" for d in dtypes.values()), dtypes
 PY
 "$bin/train_gpt" "${common[@]}" --steps 44 --dtype f32 --checkpoint-dir "$work/policy" --resume \
-  --metrics "$work/resumed.jsonl" | grep -q "step    44/44"
+  --metrics "$work/resumed.jsonl" >"$work/resumed.txt"
+grep -q "step    44/44" "$work/resumed.txt"  # not a pipe: grep -q's early exit would SIGPIPE train_gpt (pipefail)
