@@ -28,7 +28,6 @@ std::string state_key(size_t g, size_t i, const std::string& name) {
 }
 std::string shard_key(size_t g, size_t i) { return "shard." + std::to_string(g) + "." + std::to_string(i); }
 
-
 }  // namespace
 
 ShardedOptimizer::ShardedOptimizer(std::vector<std::vector<Tensor>> groups, std::shared_ptr<ProcessGroup> group,
