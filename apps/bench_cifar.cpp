@@ -4,7 +4,9 @@
 // rule: median of at least --min-iters steps and 0.5 s after 2 warm-ups; best of --rounds
 // alternating rounds per side). Prints the Kiln/PyTorch ratio. --device cpu: f32 on the CPU.
 // --device cuda: on the GPU, by default under bf16 autocast (PyTorch: channels-last, bf16
-// autocast, the same SGD), each step ended by a device synchronize.
+// autocast, the same SGD), each step ended by a device synchronize. --conv-variants (CPU): times
+// each convolution layer's three passes and the whole step under both CPU convolution variants
+// (KILN_CPU_WINOGRAD off and on, Note [CPU Winograd]) in alternating rounds, Kiln only.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include <kiln/core/cpu/conv_winograd.h>
+#include <kiln/core/cpu/onednn/switch.h>
+#include <kiln/core/ops/ops.h>  // raw ops on tensors that need no gradient
 #include <kiln/kiln.h>
 
 #include "common/app_main.h"
@@ -68,6 +73,65 @@ double kiln_images_per_s(const std::string& name, int64_t batch, int min_iters, 
   return double(batch) / t;
 }
 
+// One conv layer of a model: in -> out channels, 3x3 with padding 1 on size x size planes.
+struct ConvLayer {
+  int64_t in, out, size;
+};
+
+std::vector<ConvLayer> conv_layers(const std::string& name) {
+  const auto config = name == "tiny" ? models::CifarCnnConfig::tiny() : models::CifarCnnConfig::standard();
+  std::vector<ConvLayer> layers;
+  int64_t in = config.in_channels_, size = 32;
+  for (int64_t w : config.widths_) {  // conv1 -> max_pool2d(2) -> ... -> conv2 (Note [CifarCnn])
+    layers.push_back({in, w, size});
+    layers.push_back({w, w, size / 2});
+    in = w, size /= 2;
+  }
+  return layers;
+}
+
+// --conv-variants: ms of each layer's forward, backward-input and backward-weight pass and the
+// step's img/s, with the Winograd variant off and on, best of `rounds` alternating rounds.
+void conv_variants(const std::vector<Case>& cases, int rounds, int min_iters) {
+  const char* pass[] = {"forward", "backward input", "backward weight"};
+  std::printf("%s\nconvolution variants: direct (oneDNN, or Kiln's im2col with KILN_ONEDNN=0) vs Winograd "
+              "F(2x2,3x3) (KILN_CPU_WINOGRAD=1; layers with >= %lld channels)\n",
+              cpu::capability_summary().c_str(), (long long)cpu::kWinogradMinChannels);
+  std::printf("%-10s %-22s %-16s %10s %10s %8s\n", "model", "layer (N,C,HxW)->O", "pass", "direct ms", "wino ms",
+              "speedup");
+  for (const Case& c : cases) {
+    for (const ConvLayer& l : conv_layers(c.name)) {
+      Generator g(1);
+      const auto opt = ops::Conv2dOptions().padding(1);
+      Tensor x = randn({c.batch, l.in, l.size, l.size}, g), w = randn({l.out, l.in, 3, 3}, g);
+      Tensor gy = randn({c.batch, l.out, l.size, l.size}, g);
+      const std::function<void()> run[] = {[&] { ops::conv2d(x, w, Tensor(), opt); },
+                                           [&] { ops::conv2d_backward_input(gy, w, x.shape(), opt); },
+                                           [&] { ops::conv2d_backward_weight(gy, x, w.shape(), opt); }};
+      for (int k = 0; k < 3; ++k) {
+        double best[2] = {1e30, 1e30};
+        for (int round = 0; round < rounds; ++round)
+          for (int v = 0; v < 2; ++v) {
+            cpu::CpuWinogradGuard guard(v == 1);
+            best[v] = std::min(best[v], median_seconds(run[k], min_iters));
+          }
+        const std::string layer = std::to_string(l.in) + "," + std::to_string(l.size) + "x" + std::to_string(l.size) +
+                                  "->" + std::to_string(l.out);
+        std::printf("%-10s %-22s %-16s %10.2f %10.2f %7.2fx\n", c.name.c_str(), layer.c_str(), pass[k], best[0] * 1e3,
+                    best[1] * 1e3, best[0] / best[1]);
+      }
+    }
+    double step[2] = {0, 0};
+    for (int round = 0; round < rounds; ++round)
+      for (int v = 0; v < 2; ++v) {
+        cpu::CpuWinogradGuard guard(v == 1);
+        step[v] = std::max(step[v], kiln_images_per_s(c.name, c.batch, min_iters, Device::cpu(), DType::f32));
+      }
+    std::printf("%-10s step (batch %lld), img/s: direct %.1f, winograd %.1f (%.2fx)\n", c.name.c_str(),
+                (long long)c.batch, step[0], step[1], step[1] / step[0]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,6 +157,9 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", script, "path to bench_cifar.py (default: the one beside this executable, else the "
                  "source tree's)");
   app.add_flag("--no-torch", no_torch, "only run the Kiln side");
+  bool variants = false;
+  app.add_flag("--conv-variants", variants,
+               "CPU: time each conv layer and the step with the Winograd variant off and on (Kiln only)");
   return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_cifar"), [&]() -> int {
     set_num_threads(threads);
     const bool on_cuda = device_name == "cuda";
@@ -108,6 +175,11 @@ int main(int argc, char** argv) {
     if (models.find("tiny") != std::string::npos) cases.push_back({"tiny", tiny_batch});
     if (models.find("standard") != std::string::npos) cases.push_back({"standard", standard_batch});
     KILN_CHECK(!cases.empty(), "--models must name tiny and/or standard, got '", models, "'");
+    if (variants) {
+      KILN_CHECK(!on_cuda && amp == DType::f32, "--conv-variants times the CPU's f32 convolutions");
+      conv_variants(cases, rounds, min_iters);
+      return 0;
+    }
     std::string torch_version = "(not run)";
     nlohmann::json blas = {{"blas", "-"}};  // the PyTorch side's blas_report
     for (int round = 0; round < rounds; ++round) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <kiln/core/cpu/compute.h>
+#include <kiln/core/cpu/conv_winograd.h>
 #include <kiln/core/cpu/eigen.h>
 #include <kiln/core/cpu/onednn/switch.h>
 #include <kiln/core/factory.h>
@@ -178,13 +179,18 @@ Tensor in_compute_dtype(const Tensor& a, const Tensor& b, const Shape& out_shape
 // With onednn_enabled(), f32 and 16-bit convolutions run in oneDNN (core/cpu/onednn/conv.h) and f64
 // stays here (oneDNN has no f64). oneDNN splits its work by thread count, so its results may differ
 // in the last bits between thread counts (same count, same bits); the kernels below do not.
-#if KILN_WITH_ONEDNN
+// Kiln's Winograd variant (Note [CPU Winograd]) goes first where it is switched on and takes the shape.
 namespace {
+#if KILN_WITH_ONEDNN
 bool use_onednn(const Tensor& t) { return onednn_enabled() && t.dtype() != DType::f64; }
-}  // namespace
 #endif
+bool use_winograd(const Tensor& t, const ConvShapes& s) {
+  return t.dtype() != DType::f64 && cpu_winograd_enabled() && winograd_eligible(s);
+}
+}  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShapes& s) {
+  if (use_winograd(x, s)) return winograd_conv2d(x, weight, bias, s);
 #if KILN_WITH_ONEDNN
   if (use_onednn(x))
     if (auto y = onednn::conv2d(x, weight, bias, s)) return *y;
@@ -201,6 +207,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& input_shape,
                              const ConvShapes& s) {
+  if (use_winograd(grad_out, s)) return winograd_conv2d_backward_input(grad_out, weight, input_shape, s);
 #if KILN_WITH_ONEDNN
   if (use_onednn(grad_out))
     if (auto gx = onednn::conv2d_backward_input(grad_out, weight, input_shape, s)) return *gx;
@@ -212,6 +219,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const ConvShapes& s) {
+  if (use_winograd(grad_out, s)) return winograd_conv2d_backward_weight(grad_out, x, weight_shape, s);
 #if KILN_WITH_ONEDNN
   if (use_onednn(grad_out))
     if (auto gw = onednn::conv2d_backward_weight(grad_out, x, weight_shape, s)) return *gw;

@@ -4,6 +4,7 @@
 // to a few ulps; conversions (bf16/f16 casts), selections, comparisons and integer sums are exact.
 #include "test_util.h"
 
+#include <kiln/core/cpu/onednn/switch.h>
 #include <kiln/core/cpu_capability.h>
 
 #include <fstream>
@@ -143,6 +144,11 @@ TEST_CASE("every kernel set computes what the baseline computes") {
   agree("cross_entropy", [&] { return ops::cross_entropy_forward(x, targets).loss; }, 1e-6);
   const Tensor img = test::random({2, 3, 9, 9}, DType::f32, 13), w = test::random({4, 3, 3, 3}, DType::f32, 14);
   agree("conv2d", [&] { return ops::conv2d(img, w); }, 1e-5);
+  {
+    cpu::CpuWinogradGuard winograd(true);  // Kiln's Winograd transforms of each set (Note [CPU Winograd])
+    const Tensor wide = test::random({2, 64, 6, 6}, DType::f32, 15), ww = test::random({64, 64, 3, 3}, DType::f32, 16);
+    agree("conv2d winograd", [&] { return ops::conv2d(wide, ww, Tensor(), ops::Conv2dOptions().padding(1)); }, 1e-5);
+  }
   agree("max_pool2d", [&] { return ops::max_pool2d(img, {2, 2}).out; }, 0);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <kiln/core/cpu_capability.h>
 #include <kiln/core/error.h>
 
 namespace kiln::cpu {
@@ -22,6 +23,7 @@ std::atomic<bool>& enabled_flag() {
 }
 
 std::atomic<int64_t> calls{0};
+std::atomic<int64_t> winograd_calls{0};
 
 }  // namespace
 
@@ -48,6 +50,31 @@ bool onednn_sgemm_enabled() {
   }();
   return sgemm && onednn_enabled();
 }
+
+namespace {
+
+// -1: unset (on for the avx2 set only), 0 off, 1 on.
+std::atomic<int>& winograd_flag() {
+  static std::atomic<int> on = [] {
+    const char* env = std::getenv("KILN_CPU_WINOGRAD");
+    if (!env) return -1;
+    KILN_CHECK(std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0 ||
+                   std::strcmp(env, "off") == 0,
+               "KILN_CPU_WINOGRAD must be 0, 1, off or on, got '", env, "'");
+    return std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0 ? 1 : 0;
+  }();
+  return on;
+}
+
+}  // namespace
+
+bool cpu_winograd_enabled() {
+  const int on = winograd_flag().load(std::memory_order_relaxed);
+  return on < 0 ? capability() == Capability::kAvx2 : on == 1;
+}
+void set_cpu_winograd_enabled(bool on) { winograd_flag().store(on ? 1 : 0, std::memory_order_relaxed); }
+int64_t cpu_winograd_calls() { return winograd_calls.load(std::memory_order_relaxed); }
+void count_cpu_winograd_call() { winograd_calls.fetch_add(1, std::memory_order_relaxed); }
 
 int64_t onednn_calls() { return calls.load(std::memory_order_relaxed); }
 void count_onednn_call() { calls.fetch_add(1, std::memory_order_relaxed); }

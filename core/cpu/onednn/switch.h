@@ -24,4 +24,17 @@ void count_onednn_call();
 // Sets onednn_enabled() for a scope and restores the previous setting.
 using OnednnGuard = ScopedSetting<bool, onednn_enabled, set_onednn_enabled>;
 
+// Whether f32/bf16/f16 convolutions that winograd_eligible() takes (wide 3x3 stride-1 layers) run
+// Kiln's own Winograd F(2x2, 3x3) (core/cpu/conv_winograd.h) instead of oneDNN's or Kiln's im2col
+// kernels. KILN_CPU_WINOGRAD=1/on or 0/off in the environment; unset, on with the avx2 kernel set
+// only (there oneDNN has only direct kernels and the variant is faster end to end; with AVX-512
+// oneDNN runs its own Winograd; docs/benchmarks.md has the figures of both variants).
+// set_cpu_winograd_enabled overrides it for the process.
+bool cpu_winograd_enabled();
+void set_cpu_winograd_enabled(bool on);
+// Winograd passes run so far in this process (tests check that the variant was taken).
+int64_t cpu_winograd_calls();
+void count_cpu_winograd_call();
+using CpuWinogradGuard = ScopedSetting<bool, cpu_winograd_enabled, set_cpu_winograd_enabled>;
+
 }  // namespace kiln::cpu
