@@ -41,6 +41,10 @@ constexpr int64_t kTileTarget = 256;  // tiles per chunk (whole images, at least
 constexpr int64_t kSkew = 16;
 inline int64_t skewed(int64_t size) { return size + kSkew; }
 
+// Scratch of n floats from Kiln's caching allocator (not zeroed; reused call to call without page
+// faults, which fresh std::vectors of these sizes cost on every call).
+Tensor scratch(int64_t n) { return empty({n}, DType::f32); }
+
 // One convolution as the transforms see it: cin planes (h, w) in, cout planes (oh, ow) out.
 struct Plan {
   int64_t n = 0, cin = 0, h = 0, w = 0, cout = 0, oh = 0, ow = 0, ph = 0, pw = 0;
@@ -107,9 +111,10 @@ std::array<float, 16> weight_tile(const float* g, bool flipped) {
 
 // U (16, cout, cin) from w (O, C, 3, 3): forward, U[xi][o][c] from w[o][c]; transposed (backward
 // data), U[xi][c][o] from w[o][c] rotated by 180 degrees.
-std::vector<float> transform_weights(const float* w, int64_t o_count, int64_t c_count, bool transposed) {
+Tensor transform_weights(const float* w, int64_t o_count, int64_t c_count, bool transposed) {
   const int64_t pairs = o_count * c_count;
-  std::vector<float> u(16 * skewed(pairs));
+  Tensor hold = scratch(16 * skewed(pairs));
+  float* u = hold.data<float>();
   parallel_for(0, pairs, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t d = lo; d < hi; ++d) {  // in U's order, so each position's writes run in sequence
       const int64_t src = transposed ? (d % o_count) * c_count + d / o_count : d;  // w[o][c]
@@ -117,7 +122,7 @@ std::vector<float> transform_weights(const float* w, int64_t o_count, int64_t c_
       for (int xi = 0; xi < 16; ++xi) u[xi * skewed(pairs) + d] = t[xi];
     }
   });
-  return u;
+  return hold;
 }
 
 // B^T d B of the tiles of images [0, count) of x (count, cin, h, w) -> v (16, cin, T), T = count *
@@ -224,16 +229,19 @@ void transform_grad(const float* gy, int64_t count, const Plan& p, float* dm) {
 // (16, cout, cin), plus bias when not null.
 void winograd(const float* x, const float* u, const float* bias, float* y, const Plan& p) {
   count_cpu_winograd_call();
-  std::vector<float> v(16 * skewed(p.cin * p.chunk * p.tiles())), m(16 * skewed(p.cout * p.chunk * p.tiles()));
+  const Tensor v_hold = scratch(16 * skewed(p.cin * p.chunk * p.tiles()));
+  const Tensor m_hold = scratch(16 * skewed(p.cout * p.chunk * p.tiles()));
+  float* v = v_hold.data<float>();
+  float* m = m_hold.data<float>();
   for (int64_t n0 = 0; n0 < p.n; n0 += p.chunk) {
     const int64_t count = std::min(p.chunk, p.n - n0), T = count * p.tiles();
-    transform_input(x + n0 * p.cin * p.h * p.w, count, p, v.data());
+    transform_input(x + n0 * p.cin * p.h * p.w, count, p, v);
     parallel_for(0, 16, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t xi = lo; xi < hi; ++xi)
-        sgemm(p.cout, T, p.cin, u + xi * skewed(p.cout * p.cin), p.cin, v.data() + xi * skewed(p.cin * T), false, T,
-              m.data() + xi * skewed(p.cout * T), T, false);
+        sgemm(p.cout, T, p.cin, u + xi * skewed(p.cout * p.cin), p.cin, v + xi * skewed(p.cin * T), false, T,
+              m + xi * skewed(p.cout * T), T, false);
     });
-    transform_output(m.data(), count, p, bias, y + n0 * p.cout * p.oh * p.ow);
+    transform_output(m, count, p, bias, y + n0 * p.cout * p.oh * p.ow);
   }
 }
 
@@ -246,8 +254,8 @@ Tensor winograd_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias
   const Tensor xc = f32_contiguous(x), wc = f32_contiguous(weight);
   const Tensor bc = bias.defined() ? f32_contiguous(bias) : Tensor();
   Tensor y = empty({s.n, s.o, g.oh, g.ow}, DType::f32);
-  const std::vector<float> u = transform_weights(wc.data<float>(), s.o, g.c, false);
-  winograd(xc.data<float>(), u.data(), bc.defined() ? bc.data<float>() : nullptr, y.data<float>(),
+  const Tensor u = transform_weights(wc.data<float>(), s.o, g.c, false);
+  winograd(xc.data<float>(), u.data<float>(), bc.defined() ? bc.data<float>() : nullptr, y.data<float>(),
            Plan(s.n, g.c, g.h, g.w, s.o, g.oh, g.ow, g.ph, g.pw));
   return y.to(x.dtype());
 }
@@ -257,8 +265,8 @@ Tensor winograd_conv2d_backward_input(const Tensor& grad_out, const Tensor& weig
   const ConvGeometry& g = s.g;
   const Tensor gy = f32_contiguous(grad_out), wc = f32_contiguous(weight);
   Tensor gx = empty(input_shape, DType::f32);
-  const std::vector<float> u = transform_weights(wc.data<float>(), s.o, g.c, true);  // (16, C, O)
-  winograd(gy.data<float>(), u.data(), nullptr, gx.data<float>(),
+  const Tensor u = transform_weights(wc.data<float>(), s.o, g.c, true);  // (16, C, O)
+  winograd(gy.data<float>(), u.data<float>(), nullptr, gx.data<float>(),
            Plan(s.n, s.o, g.oh, g.ow, g.c, g.h, g.w, 2 - g.ph, 2 - g.pw));
   return gx.to(grad_out.dtype());
 }
@@ -269,17 +277,21 @@ Tensor winograd_conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, 
   const Tensor gy = f32_contiguous(grad_out), xc = f32_contiguous(x);
   const Plan p(s.n, g.c, g.h, g.w, s.o, g.oh, g.ow, g.ph, g.pw);
   count_cpu_winograd_call();
-  std::vector<float> v(16 * skewed(p.cin * p.chunk * p.tiles())), dm(16 * skewed(p.cout * p.chunk * p.tiles()));
+  const Tensor v_hold = scratch(16 * skewed(p.cin * p.chunk * p.tiles()));
+  const Tensor dm_hold = scratch(16 * skewed(p.cout * p.chunk * p.tiles()));
   const int64_t pairs = p.cout * p.cin;
-  std::vector<float> du(16 * skewed(pairs));  // (16, O, C)
+  const Tensor du_hold = scratch(16 * skewed(pairs));  // (16, O, C)
+  float* v = v_hold.data<float>();
+  float* dm = dm_hold.data<float>();
+  float* du = du_hold.data<float>();
   for (int64_t n0 = 0; n0 < p.n; n0 += p.chunk) {
     const int64_t count = std::min(p.chunk, p.n - n0), T = count * p.tiles();
-    transform_input(xc.data<float>() + n0 * p.cin * p.h * p.w, count, p, v.data());
-    transform_grad(gy.data<float>() + n0 * p.cout * p.oh * p.ow, count, p, dm.data());
+    transform_input(xc.data<float>() + n0 * p.cin * p.h * p.w, count, p, v);
+    transform_grad(gy.data<float>() + n0 * p.cout * p.oh * p.ow, count, p, dm);
     parallel_for(0, 16, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t xi = lo; xi < hi; ++xi)
-        sgemm(p.cout, p.cin, T, dm.data() + xi * skewed(p.cout * T), T, v.data() + xi * skewed(p.cin * T), true, T,
-              du.data() + xi * skewed(pairs), p.cin, n0 > 0);
+        sgemm(p.cout, p.cin, T, dm + xi * skewed(p.cout * T), T, v + xi * skewed(p.cin * T), true, T,
+              du + xi * skewed(pairs), p.cin, n0 > 0);
     });
   }
   // gw[o][c] = G^T dU[.][o][c] G.
