@@ -7,7 +7,6 @@
 // the gradient shard in f32; what the Trainer cannot honour fails naming why.
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include <kiln/autograd/ops/compare.h>
 #include <kiln/core/profiler/profiler.h>
@@ -16,6 +15,7 @@
 
 #include "parallel/fsdp_fixtures.h"
 #include "parallel/temp_dir.h"
+#include "parallel/values_file.h"
 
 using namespace kiln;
 using namespace kiln::dist;
@@ -106,19 +106,6 @@ Result train(ProcessGroup& pg, const Run& r) {
           for (double v : masters[i].to(DType::f64).contiguous().to_vector<double>()) out.master.push_back(v);
   }
   return out;
-}
-
-void write_values(const std::string& path, const std::vector<double>& v) {
-  std::ofstream f(path);
-  f.precision(17);
-  for (double x : v) f << x << "\n";
-}
-
-std::vector<double> read_values(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<double> v;
-  for (double x; f >> x;) v.push_back(x);
-  return v;
 }
 
 // `r` trained by one process (a forked rank), its losses and master weights read back.

@@ -6,12 +6,12 @@
 // on every rank alike) takes DDP's steps in every mode.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <kiln/parallel/sharded_checkpoint.h>
 #include <kiln/parallel/trainer.h>
 
 #include "parallel/temp_dir.h"
+#include "parallel/values_file.h"
 #include "parallel/fsdp_fixtures.h"
 
 using namespace kiln;
@@ -68,19 +68,6 @@ std::vector<double> train(ProcessGroup& pg, const Run& r, std::vector<double>* w
   if (!r.save.empty()) trainer.save_checkpoint(r.save);
   if (weights) *weights = trainer.fsdp() ? fsdp_parameters(*trainer.fsdp()) : flat_parameters(*net);
   return losses;
-}
-
-void write_values(const std::string& path, const std::vector<double>& v) {
-  std::ofstream f(path);
-  f.precision(17);
-  for (double x : v) f << x << "\n";
-}
-
-std::vector<double> read_values(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<double> v;
-  for (double x; f >> x;) v.push_back(x);
-  return v;
 }
 
 void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
