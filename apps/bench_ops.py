@@ -19,12 +19,14 @@ def main():
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--elements", type=int, default=1 << 24)
     ap.add_argument("--gemm", type=str, default="512,1024,2048")
+    ap.add_argument("--gemm-dtype", choices=["f32", "bf16"], default="f32")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     out = blas_report(torch)
     g = torch.Generator().manual_seed(0)
     for n in [int(s) for s in args.gemm.split(",") if s]:
-        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+        dt = torch.bfloat16 if args.gemm_dtype == "bf16" else torch.float32
+        a, b = torch.randn(n, n, generator=g).to(dt), torch.randn(n, n, generator=g).to(dt)
         out[f"gemm_{n}"] = 2 * n ** 3 / median_seconds(lambda: torch.matmul(a, b)) / 1e9
     n = args.elements
     x, y = torch.randn(n, generator=g), torch.randn(n, generator=g)

@@ -28,6 +28,10 @@ rm -f "$T/scripts"
 "$moved/bench_ops" --gemm 32 --elements 4096 --rounds 1 --threads 1 --python "$T/python" --torch-script "$T/python" \
   > "$T/out" 2>&1 || fail "bench_ops --torch-script: $(cat "$T/out")"
 [ "$(cat "$T/scripts")" = "$T/python" ] || fail "--torch-script did not override: ran '$(cat "$T/scripts")'"
+"$moved/bench_ops" --gemm 32 --gemm-dtype bf16 --elements 4096 --rounds 1 --threads 1 --no-torch > "$T/out" 2>&1 ||
+  fail "bench_ops --gemm-dtype bf16: $(cat "$T/out")"
+grep -q "bf16 GEMMs" "$T/out" && grep -q "^gemm_32 " "$T/out" || fail "bench_ops --gemm-dtype bf16 did not say so: $(cat "$T/out")"
+"$moved/bench_ops" --gemm-dtype f64 > "$T/out" 2>&1 && fail "bench_ops --gemm-dtype f64 exited 0"
 "$moved/bench_cifar" --torch-script "$T/missing.py" > "$T/out" 2> "$T/err" && fail "a missing --torch-script exited 0"
 grep -q "$T/missing.py" "$T/err" || fail "the error does not name the missing script: $(cat "$T/err")"
 
