@@ -15,6 +15,7 @@
 #include <kiln/parallel/memory_plan.h>
 #include <kiln/parallel/trainer.h>
 
+#include "models/small_gpt.h"
 #include "parallel/ddp_fixtures.h"
 
 using namespace kiln;
@@ -24,16 +25,6 @@ using dist::Sharding;
 namespace {
 
 constexpr int64_t kBatch = 4, kSeq = 64;  // per rank
-
-// 2 layers, 4 heads, 64 dims, context 64, vocab 256: 121k parameters, so every buffer stays under the
-// CPU allocator's 1 MiB size classes (above them a block rounds up by as much as 1/8).
-models::GPTConfig small_gpt() {
-  models::GPTConfig c = models::gpt_config("gpt-tiny");
-  c.n_layer = 2;
-  c.n_embd = 64;
-  c.block_size = 64;
-  return c;
-}
 
 struct Bytes {
   double after_step = 0, peak = 0;

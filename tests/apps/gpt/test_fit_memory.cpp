@@ -7,23 +7,15 @@
 #include <kiln/core/cpu_allocator.h>
 
 #include "gpt/fit_memory.h"
+#include "models/small_gpt.h"
 
 using namespace kiln;
+using kiln::test::small_gpt;
 using apps::FitMemoryOptions;
 using apps::FitMemoryPlan;
 using models::GPTRecompute;
 
 namespace {
-
-// 2 layers, 4 heads, 64 dims, context 64, vocab 256 (every buffer under the CPU allocator's 1 MiB
-// size classes, as in tests/parallel/test_memory_plan_ranks.cpp).
-models::GPTConfig small_gpt() {
-  models::GPTConfig c = models::gpt_config("gpt-tiny");
-  c.n_layer = 2;
-  c.n_embd = 64;
-  c.block_size = 64;
-  return c;
-}
 
 FitMemoryOptions options(int64_t global_batch, int world = 1, dist::Sharding mode = dist::Sharding::none) {
   return FitMemoryOptions()
