@@ -10,7 +10,7 @@
 #     bash scripts/gpu-check.sh --bench    # build (incremental) + benchmarks and AMP curves only
 #     ... --prebuilt                       # with either: no configure/build; run build-gpu as unpacked
 #                                          #   by scripts/device-prebuilt.sh (built on the dev machine)
-#     bash scripts/gpu-check.sh --pending --prebuilt [--call 2]
+#     bash scripts/gpu-check.sh --pending --prebuilt [--call 2] [--deadline S]
 #                                          # the prepared run of every switched-off GPU path
 #                                          #   (scripts/gpu_pending.py; its --dry-run runs in CI)
 # KILN_GPU_TEST_JOBS (default 1) and KILN_GPU_TEST_TIMEOUT (default 300 s) shape the ctest run.
@@ -23,8 +23,8 @@ while [ $# -gt 0 ]; do
   case $1 in
     --tests|--bench|--pending) mode=$1 ;;
     --prebuilt) prebuilt=1 ;;
-    --call) pending_args+=(--call "$2"); shift ;;
-    *) echo "gpu-check: unknown flag $1 (--tests, --bench, --pending [--call N], --prebuilt)"; exit 2 ;;
+    --call|--deadline) pending_args+=("$1" "$2"); shift ;;
+    *) echo "gpu-check: unknown flag $1 (--tests, --bench, --pending [--call N] [--deadline S], --prebuilt)"; exit 2 ;;
   esac
   shift
 done

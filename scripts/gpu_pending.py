@@ -8,6 +8,8 @@ GPU, proven or refuted in one device call, each step under its own time limit.
   stage sweep   bench_cuda --sweep: layer-norm variants, Kiln vs cuDNN attention (dQ accumulator
                 zeroed and not), the GELU epilogue, the fused add + layer norm
   stage bench   gpt2-124m (B16 T1024) the same ways, PyTorch eager and torch.compile beside it
+  stage profile gpt2-124m's step under Kiln's profiler (device spans), no switch and all on: the
+                kernels that hold the step, for README's profile
   stage big     gpt-1.3b (B8 T2048, no recompute): no switch and all on, PyTorch beside it; peak
                 memory next to the formula's
 
@@ -37,10 +39,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALL_LIMIT_S = 600       # one device call
 PLAN_LIMIT_S = 540       # what the expected times of the default stages may add up to (margin)
-STAGES = ["tests", "train", "sweep", "bench", "big"]
+STAGES = ["tests", "train", "sweep", "bench", "profile", "big"]
 # What one device call runs: the first proves every path and times gpt2-124m; the second (sent at
-# once, while the machine is warm) times gpt-1.3b. Both together would overrun one call.
-CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["big"]}
+# once, while the machine is warm) profiles gpt2-124m's step and times gpt-1.3b. Both together would
+# overrun one call.
+CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"]}
 
 # The switched-off paths: environment and flags of train_gpt / bench_gpt that turn each on.
 PATHS = {
@@ -125,6 +128,10 @@ def plan():
     steps.append(Step("bench", "gpt2-124m PyTorch eager + compile", ["{build}/apps/bench_gpt"] + gpt2 +
                       ["--torch-modes", "eager,compile", "--python", "{python}", "--json", "{work}/bench_124m_torch.json"],
                       180, 75))
+    for p in ("baseline", "all"):
+        env, flags = PATHS[p]
+        steps.append(Step("profile", "gpt2-124m profile " + p, ["{build}/apps/bench_gpt"] + gpt2 + flags +
+                          ["--no-torch", "--profile", "{work}/trace_%s.json" % p], 60, 15, env, p))
     big = ["--device", "cuda", "--config", "gpt-1.3b", "-B", "8", "-T", "2048", "--warmup", "2", "--steps", "3"]
     for p in BIG_PATHS:
         env, flags = PATHS[p]
