@@ -52,8 +52,8 @@ void set_cudnn_allow_tf32(bool on);
 /// Which fused kernels run scaled_dot_product_attention on CUDA (Note [Attention kernel choice] in
 /// core/cuda/kernels/fused_attention.cpp, in the source tree). kiln: Kiln's flash kernels. cudnn: cuDNN's
 /// fused flash attention, and an error naming why where cuDNN cannot take the case. automatic: cuDNN where it
-/// has an engine, Kiln's kernels elsewhere -- for now Kiln's kernels everywhere, until a GPU run has proven
-/// cuDNN's path. Under set_cudnn_deterministic(true), automatic takes Kiln's kernels (cuDNN's backward adds
+/// has an engine (the default since the first GPU run proved it: 2.8-4x Kiln's kernels on an H200), Kiln's
+/// kernels elsewhere. Under set_cudnn_deterministic(true), automatic takes Kiln's kernels (cuDNN's backward adds
 /// dQ with atomics) and cudnn is an error. CPU attention ignores the switch.
 enum class AttentionBackend { automatic, cudnn, kiln };
 /// The first call reads KILN_ATTENTION (auto | cudnn | kiln; unset: auto) unless set_attention_backend
@@ -82,12 +82,17 @@ const char* attention_backend_name(AttentionBackend backend);  ///< "auto", "cud
 /// rstd do not depend on the variant except through the warp/block reduction tree, and the
 /// backward's per-row sums likewise; dγ/dβ add the same rows in a different grouping. The GPU test
 /// compares every sweep candidate (core/cuda/plan/layer_norm_variant.h) with the CPU.
+/// The defaults are the first GPU run's fastest (bench_cuda --sweep on an H200, 2026-11-28, bf16 rows
+/// of 768 and 2048): a warp per row forward (1.07x and 1.34x the automatic launch) and 264 backward
+/// blocks, twice an H100/H200's 132 SMs (1.30x and 1.81x the former 1024; 528 was 1.36x and 1.71x).
+/// The block count is a constant, not the device's SM count, so that dγ/dβ add in the same order on
+/// every GPU.
 struct LayerNormVariant {
   enum class Rows { automatic, warp, block };
   enum class Partials { automatic, shared, global };
   int vec_bytes = 16;
-  Rows fwd_rows = Rows::automatic;
-  int64_t bwd_blocks = 1024;  ///< rowwise::kMaxPartials (core/cuda/plan/row_math.h)
+  Rows fwd_rows = Rows::warp;
+  int64_t bwd_blocks = 264;
   Partials bwd_partials = Partials::automatic;
   bool operator==(const LayerNormVariant&) const = default;
 };

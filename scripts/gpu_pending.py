@@ -12,6 +12,10 @@ GPU, proven or refuted in one device call, each step under its own time limit.
                 kernels that hold the step, for README's profile
   stage big     gpt-1.3b (B8 T2048, no recompute): no switch and all on, PyTorch beside it; peak
                 memory next to the formula's
+  stage suite   every gpu test (ctest -L gpu) under the defaults the first run flipped
+  stage kernels bench_cuda: Kiln's kernels against PyTorch's (attention against SDPA, layer norm, ...)
+  stage confirm gpt2-124m and gpt-1.3b: the former defaults (baseline), the new ones, the new ones
+                with the CUDA graph; PyTorch eager and torch.compile beside gpt2-124m
 
 Then one table, path | tests | loss vs baseline | step ms | ratio | peak GiB | verdict, printed and
 written with every figure as JSON under --out (the device tool brings back at most 8 files: one
@@ -39,24 +43,35 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALL_LIMIT_S = 600       # one device call
 PLAN_LIMIT_S = 540       # what the expected times of the default stages may add up to (margin)
-STAGES = ["tests", "train", "sweep", "bench", "profile", "big"]
+STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernels", "confirm"]
 # What one device call runs: the first proves every path and times gpt2-124m; the second (sent at
 # once, while the machine is warm) profiles gpt2-124m's step and times gpt-1.3b. Both together would
 # overrun one call.
-CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"]}
+# Call 3 (after the first run flipped the proven defaults, 2026-11-28) checks the flipped defaults.
+CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"], "3": ["suite", "train", "kernels", "confirm"]}
 
-# The switched-off paths: environment and flags of train_gpt / bench_gpt that turn each on.
-PATHS = {
-    "baseline": ({}, []),
+# The paths: environment and flags of train_gpt / bench_gpt that turn each on, over the baseline:
+# every path off, as the defaults were before the first GPU run (2026-11-28) flipped the proven ones
+# (cuDNN attention under auto, the fused add + layer norm, the layer-norm launch variant).
+BASELINE_ENV = {"KILN_ATTENTION": "kiln", "KILN_FUSED_ADD_LN": "0",
+                "KILN_LAYER_NORM_VARIANT": "vec=16,fwd=auto,bwd_blocks=1024,partials=auto"}
+SWITCHES = {
     "cuda-graph": ({}, ["--cuda-graph"]),
     "cudnn-attention": ({"KILN_ATTENTION": "cudnn"}, []),
     "fused-add-ln": ({"KILN_FUSED_ADD_LN": "1"}, []),
     "gelu-epilogue": ({"KILN_FUSED_GELU_EPILOGUE": "1"}, []),
     "chunked-head": ({}, ["--fused-head", "on"]),
 }
-ALL_ENV = {k: v for env, _ in PATHS.values() for k, v in env.items()}
-ALL_FLAGS = [f for _, flags in PATHS.values() for f in flags]
+PATHS = {"baseline": (dict(BASELINE_ENV), [])}
+for _p, (_env, _flags) in SWITCHES.items():
+    PATHS[_p] = (dict(BASELINE_ENV, **_env), _flags)
+ALL_ENV = dict(BASELINE_ENV, **{k: v for env, _ in SWITCHES.values() for k, v in env.items()})
+ALL_FLAGS = [f for _, flags in SWITCHES.values() for f in flags]
 PATHS["all"] = (ALL_ENV, ALL_FLAGS)
+# The defaults as they are now, alone and with the CUDA graph (an option a user asks for).
+PATHS["defaults"] = ({}, [])
+PATHS["defaults-graph"] = ({}, ["--cuda-graph"])
+CALL1_PATHS = ["baseline"] + list(SWITCHES) + ["all"]
 # The paths a 1.3B row runs: each alone would cost a minute apiece.
 BIG_PATHS = ["baseline", "all"]
 
@@ -107,12 +122,15 @@ def plan():
     steps.append(Step("train", "synthetic shards", ["{build}/apps/kiln-make-shards", "--synthetic", "--tokens",
                                                     "2000000", "--lags", "2,3", "--noise", "0.5", "--out",
                                                     "{work}/data"], 60, 3))
+    # gpt-tiny with 2 heads of 64 (its preset's 4 heads of 32 are a head dim cuDNN's path does not take:
+    # the first run's cudnn-attention and all rows stopped there).
     for p, (env, flags) in PATHS.items():
         steps.append(Step("train", "gpt-tiny " + p, [
-            "{build}/apps/train_gpt", "--model", "gpt-tiny", "--train", "{work}/data/train_*.bin", "--device", "cuda",
+            "{build}/apps/train_gpt", "--model", "gpt-tiny", "--n-head", "2", "--train", "{work}/data/train_*.bin",
+            "--device", "cuda",
             "--dtype", "bf16", "--steps", "50", "--warmup-steps", "10", "--batch-size", "16", "--seq-len", "128",
             "--lr", "1e-3", "--log-every", "1", "--seed", "7", "--metrics", "{work}/train_%s.jsonl" % p] + flags,
-            150, 40, env, p, lane=p))
+            150, 10, env, p, lane=p))
     # Sweep: every variant of the kernels whose best form is unknown, in one process; cuDNN's
     # attention again with its dQ accumulator zeroed (a per-process setting).
     steps.append(Step("sweep", "bench_cuda --sweep", ["{build}/apps/bench_cuda", "--sweep", "--sweep-json",
@@ -122,7 +140,8 @@ def plan():
                       {"KILN_CUDNN_ZERO_DQ_ACCUM": "1"}))
     # gpt2-124m: Kiln per path, then PyTorch eager and compile (with Kiln's baseline beside them).
     gpt2 = ["--device", "cuda", "--config", "gpt2-124m", "-B", "16", "-T", "1024", "--warmup", "3", "--steps", "5"]
-    for p, (env, flags) in PATHS.items():
+    for p in CALL1_PATHS:
+        env, flags = PATHS[p]
         steps.append(Step("bench", "gpt2-124m " + p, ["{build}/apps/bench_gpt"] + gpt2 + flags +
                           ["--no-torch", "--json", "{work}/bench_124m_%s.json" % p], 60, 12, env, p))
     steps.append(Step("bench", "gpt2-124m PyTorch eager + compile", ["{build}/apps/bench_gpt"] + gpt2 +
@@ -140,6 +159,21 @@ def plan():
     steps.append(Step("big", "gpt-1.3b PyTorch eager + compile", ["{build}/apps/bench_gpt"] + big +
                       ["--torch-modes", "eager,compile", "--python", "{python}", "--json", "{work}/bench_13b_torch.json"],
                       240, 120))
+    # Call 3: the flipped defaults.
+    steps.append(Step("suite", "ctest -L gpu", ["ctest", "--test-dir", "{build}", "-L", "gpu", "-j", "3", "--timeout",
+                                                "150", "--output-on-failure"], 240, 100))
+    steps.append(Step("kernels", "bench_cuda vs PyTorch", ["{build}/apps/bench_cuda", "--python", "{python}"], 120, 60))
+    for p in ("baseline", "defaults", "defaults-graph"):
+        env, flags = PATHS[p]
+        steps.append(Step("confirm", "gpt2-124m " + p, ["{build}/apps/bench_gpt"] + gpt2 + flags +
+                          ["--no-torch", "--json", "{work}/bench_124m_%s.json" % p], 60, 8, env, p))
+    steps.append(Step("confirm", "gpt2-124m defaults, PyTorch eager + compile", ["{build}/apps/bench_gpt"] + gpt2 +
+                      ["--torch-modes", "eager,compile", "--python", "{python}", "--json", "{work}/bench_124m_torch.json"],
+                      150, 70))
+    for p in ("defaults", "defaults-graph"):
+        env, flags = PATHS[p]
+        steps.append(Step("confirm", "gpt-1.3b " + p, ["{build}/apps/bench_gpt"] + big + flags +
+                          ["--no-torch", "--json", "{work}/bench_13b_%s.json" % p], 120, 25, env, p))
     return steps
 
 
@@ -332,7 +366,8 @@ def bench_side(path, side="kiln"):
     except (OSError, ValueError):
         return None
     for s in rows[0]["sides"] if rows else []:
-        if s["side"] == side and s["ran"]:
+        # Kiln's side is "kiln", or "kiln graph" under --cuda-graph.
+        if (s["side"] == side or (side == "kiln" and s["side"].startswith("kiln"))) and s["ran"]:
             return {"ms": s["ms"], "peak_gib": s["peak_bytes"] / 2**30,
                     "formula_peak_gib": rows[0]["formula_peak_bytes"] / 2**30}
     return None
@@ -366,6 +401,8 @@ def summarize(steps, work, out, loss_tol):
                "big_vs_torch_compile": (big_torch["compile"]["ms"] / big["ms"]) if big and big_torch["compile"] else None}
         failed = row["tests_failed"] or (loss is not None and abs(loss) > loss_tol)
         proven = not failed and mine and len(ran) == len(mine) and (p == "layer-norm-variants" or loss is not None)
+        if p.startswith("defaults"):  # proven by call 3's whole gpu suite and its loss curve
+            proven = not failed and loss is not None
         if p == "baseline":
             verdict = "reference"
         elif failed:

@@ -37,7 +37,7 @@ void check_stats(const char* op, const Tensor& t, const char* name, int64_t rows
   KILN_CHECK_VALUE(is_floating(t.dtype()), op, ": ", name, " must be floating, got ", t.dtype());
 }
 
-std::atomic<int> g_fused_add_ln_cuda{-1};  // -1 until KILN_FUSED_ADD_LN is read or the setter runs
+std::atomic<int> g_fused_add_ln_cuda{-1};  // -1 until KILN_FUSED_ADD_LN is read or the setter runs (on unless "0")
 
 // CUDA reads the residual in its own dtype only beside an f32 x (a bf16/f16 sublayer output added
 // to an f32 residual stream, as under autocast); anything else is cast to x's dtype first.
@@ -52,7 +52,9 @@ bool fused_add_layer_norm_cuda() {
   int v = g_fused_add_ln_cuda.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* env = std::getenv("KILN_FUSED_ADD_LN");
-    v = env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
+    KILN_CHECK_VALUE(env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0,
+                     "KILN_FUSED_ADD_LN must be 0 or 1, got '", env, "'");
+    v = env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
     g_fused_add_ln_cuda.store(v, std::memory_order_relaxed);
   }
   return v == 1;

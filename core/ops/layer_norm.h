@@ -22,9 +22,11 @@ LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const
 // for the next sublayer. add_layer_norm does both in one pass over the rows: sum = x + residual
 // (in their promoted dtype) and out = layer_norm(sum); its backward adds the sum's own gradient
 // into grad_x in the same pass (layer_norm_backward's grad_residual). Bitwise the composition on the
-// CPU. On CUDA the fused kernels run only when enabled (KILN_FUSED_ADD_LN=1 or
-// set_fused_add_layer_norm_cuda(true)): they have not run on a GPU yet, so by default CUDA computes
-// the same thing as ops::add then layer_norm (and the backward as layer_norm_backward then add).
+// CPU. On CUDA the fused kernels run by default since the first GPU run proved them (an H200,
+// 2026-11-28: the GPU test and compute-sanitizer clean, gpt-tiny's bf16 loss curve unchanged, fwd +
+// bwd 1.08x the composition at (16384, 768) and 1.14x at (16384, 2048)); KILN_FUSED_ADD_LN=0 or
+// set_fused_add_layer_norm_cuda(false) computes the same thing as ops::add then layer_norm (and the
+// backward as layer_norm_backward then add).
 LayerNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
                                const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 bool fused_add_layer_norm_cuda();

@@ -1,6 +1,7 @@
 // The fused cross-entropy ops and kiln::cross_entropy on CUDA against the CPU: every floating
 // dtype, rows of 1 .. 50257 classes, i64 and i32 targets, ignored rows, label smoothing, per-row
-// and broadcast upstream gradients, non-contiguous logits, out-of-range targets, every reduction
+// and broadcast upstream gradients, non-contiguous logits, rows at any offset from a 16-byte
+// boundary, out-of-range targets, every reduction
 // through autograd, and a GPT-2-sized (8192, 50257) bf16 batch. Skipped (exit 77) without a device.
 #include <limits>
 
@@ -85,6 +86,32 @@ TEST_CASE("CUDA cross_entropy ops: non-contiguous logits and targets, custom ign
   ops::CrossEntropyResult got = ops::cross_entropy_forward(x.to(Device::cuda()), t.to(Device::cuda()), 2, 0.0);
   CHECK(got.count.item() == 3);
   test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "ignore_index 2");
+}
+
+TEST_CASE("CUDA cross_entropy ops: rows at any offset from a 16-byte boundary (Note [Unaligned rows])") {
+  test::require_cuda();
+  // A batch narrowed from a larger one starts c elements into its storage: with c odd, the first row
+  // (and every other row) is misaligned, and the backward's fresh dlogits sits at another offset.
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t c : {7, 1025, 50257}) {
+      CAPTURE(dt);
+      CAPTURE(c);
+      const int64_t n = c > 4096 ? 5 : 23;
+      Tensor whole = test::random({n + 1, c}, dt, uint64_t(c) + 11, -5, 5);
+      Tensor x = whole.narrow(0, 1, n), xg = whole.to(Device::cuda()).narrow(0, 1, n);
+      REQUIRE(xg.is_contiguous());
+      Tensor t = ids(make_targets(n, c, -100, uint64_t(c) + 5));
+      ops::CrossEntropyResult want = ops::cross_entropy_forward(x, t, -100, 0.1);
+      ops::CrossEntropyResult got = ops::cross_entropy_forward(xg, t.to(Device::cuda()), -100, 0.1);
+      test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "loss");
+      test::check_cuda_matches(got.lse, want.lse, 1e-5, 1e-5, "lse");
+      Tensor g = test::random({n}, DType::f32, 4, 0.5, 2);
+      Tensor d_want = ops::cross_entropy_backward(g, x, t, want.lse, -100, 0.1);
+      Tensor d_got = ops::cross_entropy_backward(g.to(Device::cuda()), xg, t.to(Device::cuda()),
+                                                 want.lse.to(Device::cuda()), -100, 0.1);
+      const double rtol = test::cuda_rtol(dt);
+      test::check_cuda_matches(d_got, d_want, rtol, rtol * 1e-2, "dlogits");
+    }
 }
 
 TEST_CASE("CUDA cross_entropy ops: special values and ignored rows") {

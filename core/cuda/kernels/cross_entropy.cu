@@ -15,6 +15,25 @@ using namespace rowwise;
 
 constexpr unsigned long long kNoFault = ~0ull;  // -1 as i64
 
+// Note [Unaligned rows]
+// A row of c elements starts on a 16-byte boundary only when c is a multiple of the vector (or it
+// is the first row). GPT-2's vocabulary, 50257, is not, and element-wise loads held the first GPU
+// run's cross entropy (an H200, 2026-11-28, gpt2-124m's (16384, 50257) bf16 logits) at 4.2 ms forward
+// and 4.1 ms backward per step, about a fifth of the memory bandwidth. Each row is therefore read as
+// a scalar head up to its first 16-byte boundary, whole vectors, and a scalar tail. A row that is
+// aligned and a multiple of the vector has neither head nor tail, so it adds in the same order as
+// before; V == 1 has no head. `row` must be aligned to its element (every tensor's data is).
+template <int V, class T>
+__device__ __forceinline__ int64_t row_head(const T* row, int64_t c) {
+  if constexpr (V == 1) {
+    return 0;
+  } else {
+    const auto misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(row) % 16);
+    const int64_t head = misaligned == 0 ? 0 : (16 - misaligned) / static_cast<int64_t>(sizeof(T));
+    return head < c ? head : c;
+  }
+}
+
 // status[0] counts the rows whose target is not ignore_index; status[1] becomes the first row whose
 // target is neither ignore_index nor in [0, c) (kNoFault when none), status[2] is set after.
 template <class T, class I, int V>
@@ -42,7 +61,15 @@ __global__ void __launch_bounds__(1024, 1)
     const T* xr = logits + row * c;
     MaxSum<A> ms;
     A sum[1] = {A(0)};  // sum of the logits, for label smoothing
-    for (int64_t j = int64_t(threadIdx.x) * V; j < c; j += int64_t(blockDim.x) * V) {
+    const int64_t head = row_head<V>(xr, c), body_end = head + (c - head) / V * V;  // Note [Unaligned rows]
+    auto add_one = [&](int64_t j) {
+      A v[1];
+      load_pack<1>(xr + j, v);
+      ms.add(v[0]);
+      sum[0] += v[0];
+    };
+    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) add_one(j);
+    for (int64_t j = head + int64_t(threadIdx.x) * V; j < body_end; j += int64_t(blockDim.x) * V) {
       A v[V];
       load_pack<V>(xr + j, v);
 #pragma unroll
@@ -51,6 +78,7 @@ __global__ void __launch_bounds__(1024, 1)
         sum[0] += v[k];
       }
     }
+    for (int64_t j = body_end + threadIdx.x; j < c; j += blockDim.x) add_one(j);
     ms = row_max_sum(ms, scratch);
     if (ls > 0) row_sum<1>(sum, scratch_sum);
     if (threadIdx.x == 0) {
@@ -97,7 +125,22 @@ __global__ void __launch_bounds__(1024, 1)
     const A l = skip ? A(0) : lse[row];
     const T* xr = logits + row * c;
     T* dr = dlogits + row * c;
-    for (int64_t j = int64_t(threadIdx.x) * V; j < c; j += int64_t(blockDim.x) * V) {
+    // dlogits and logits rows share their offset from a 16-byte boundary (the launch checks it).
+    const int64_t head = row_head<V>(xr, c), body_end = head + (c - head) / V * V;  // Note [Unaligned rows]
+    auto grad_of = [&](A x, int64_t j) {
+      const A p = exp_of(x - l);
+      return ((j == t ? p - on : p) - off) * coef;
+    };
+    auto one = [&](int64_t j) {
+      A v[1] = {A(0)};
+      if (!skip) {
+        load_pack<1>(xr + j, v);
+        v[0] = grad_of(v[0], j);
+      }
+      store_pack<1>(dr + j, v);
+    };
+    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) one(j);
+    for (int64_t j = head + int64_t(threadIdx.x) * V; j < body_end; j += int64_t(blockDim.x) * V) {
       A v[V];
       if (skip) {
 #pragma unroll
@@ -105,13 +148,11 @@ __global__ void __launch_bounds__(1024, 1)
       } else {
         load_pack<V>(xr + j, v);
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const A p = exp_of(v[k] - l);
-          v[k] = ((j + k == t ? p - on : p) - off) * coef;
-        }
+        for (int k = 0; k < V; ++k) v[k] = grad_of(v[k], j + k);
       }
       store_pack<V>(dr + j, v);
     }
+    for (int64_t j = body_end + threadIdx.x; j < c; j += blockDim.x) one(j);
   }
 }
 
@@ -138,7 +179,7 @@ ops::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor
   dispatch_floating_device(x.dtype(), op, [&]<class T>() {
     using A = dacc_t<T>;
     dispatch_index(t.dtype(), op, [&]<class I>() {
-      with_vec<T>(can_vectorize(c, kVec<T>, {x.data_ptr()}), [&]<int V>() {
+      with_vec<T>(true, [&]<int V>() {  // any row length and offset: Note [Unaligned rows]
         const RowLaunch rl = row_launch(rows, c, V);
         cross_entropy_forward_kernel<T, I, V><<<grid_of(rl), block_of(rl), 0, s>>>(
             ptr<A>(r.loss), ptr<A>(r.lse), status_ptr, ptr<const T>(x), ptr<const I>(t), rows, c, ignore_index,
@@ -169,7 +210,10 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   dispatch_floating_device(x.dtype(), op, [&]<class T>() {
     using A = dacc_t<T>;
     dispatch_index(t.dtype(), op, [&]<class I>() {
-      with_vec<T>(can_vectorize(c, kVec<T>, {x.data_ptr(), dx.data_ptr()}), [&]<int V>() {
+      // Note [Unaligned rows]: vectors wherever both rows sit at the same offset from a boundary.
+      const bool same_offset = reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 ==
+                               reinterpret_cast<uintptr_t>(dx.data_ptr()) % 16;
+      with_vec<T>(same_offset, [&]<int V>() {
         const RowLaunch rl = row_launch(rows, c, V);
         cross_entropy_backward_kernel<T, I, V><<<grid_of(rl), block_of(rl), 0, s>>>(
             ptr<T>(dx), ptr<const T>(x), ptr<const I>(t), ptr<const A>(l), ptr<const A>(g), count_ptr, grad_stride,

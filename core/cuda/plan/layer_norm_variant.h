@@ -11,8 +11,6 @@
 
 namespace kiln::cuda {
 
-static_assert(LayerNormVariant{}.bwd_blocks == rowwise::kMaxPartials, "cuda.h's default is split_rows' default");
-
 // Elements per access for elements of `elem_size` bytes: 16 / elem_size, 8 / elem_size or 1.
 inline int layer_norm_vec(const LayerNormVariant& v, size_t elem_size) {
   const int n = v.vec_bytes / static_cast<int>(elem_size);
@@ -49,11 +47,11 @@ inline bool layer_norm_partials_in_shared(const LayerNormVariant& v, size_t byte
 inline std::vector<LayerNormVariant> layer_norm_forward_sweep() {
   std::vector<LayerNormVariant> out{LayerNormVariant{}};
   for (int vec : {16, 8, 0})
-    for (auto rows : {LayerNormVariant::Rows::warp, LayerNormVariant::Rows::block}) {
+    for (auto rows : {LayerNormVariant::Rows::automatic, LayerNormVariant::Rows::warp, LayerNormVariant::Rows::block}) {
       LayerNormVariant v;
       v.vec_bytes = vec;
       v.fwd_rows = rows;
-      out.push_back(v);
+      if (!(v == LayerNormVariant{})) out.push_back(v);
     }
   return out;
 }
