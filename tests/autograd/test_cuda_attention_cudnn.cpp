@@ -189,19 +189,26 @@ TEST_CASE("cuDNN attention: its lse is Kiln's, so either backward follows either
   CHECK_FALSE(only_dq->dv.defined());
 }
 
-TEST_CASE("cuDNN attention: kiln and auto run Kiln's kernels; deterministic mode refuses cudnn") {
+TEST_CASE("cuDNN attention: kiln runs Kiln's kernels, auto cuDNN's (Kiln's when deterministic); deterministic "
+          "mode refuses cudnn") {
   test::require_cuda();
   Inputs in = make_inputs(1, 2, 65, 64, DType::bf16, 90);
   Result ref = run(in, true, Device::cpu(), DType::f32);
-  for (cuda::AttentionBackend b : {cuda::AttentionBackend::kiln, cuda::AttentionBackend::automatic}) {
-    CAPTURE(cuda::attention_backend_name(b));
-    AttentionScope scope(b);
-    const int64_t fwd = cuda::attention_cudnn_forward_count(), bwd = cuda::attention_cudnn_backward_count();
-    check_result(run(in, true, Device::cuda(), DType::bf16), ref, 2e-2, cuda::attention_backend_name(b));
-    // auto means Kiln's kernels until a GPU run flips kCudnnAttentionByDefault.
-    CHECK(cuda::attention_cudnn_forward_count() == fwd);
-    CHECK(cuda::attention_cudnn_backward_count() == bwd);
-  }
+  for (cuda::AttentionBackend b : {cuda::AttentionBackend::kiln, cuda::AttentionBackend::automatic})
+    for (bool deterministic : {false, true}) {
+      const std::string name = cuda::attention_backend_name(b);
+      CAPTURE(name);
+      CAPTURE(deterministic);
+      AttentionScope scope(b);
+      cuda::set_cudnn_deterministic(deterministic);
+      const int64_t fwd = cuda::attention_cudnn_forward_count(), bwd = cuda::attention_cudnn_backward_count();
+      check_result(run(in, true, Device::cuda(), DType::bf16), ref, 2e-2, name);
+      cuda::set_cudnn_deterministic(false);
+      // auto takes cuDNN's kernels since the first GPU run (an H200) flipped kCudnnAttentionByDefault.
+      const int64_t want = b == cuda::AttentionBackend::automatic && !deterministic ? 1 : 0;
+      CHECK(cuda::attention_cudnn_forward_count() == fwd + want);
+      CHECK(cuda::attention_cudnn_backward_count() == bwd + want);
+    }
   AttentionScope scope(cuda::AttentionBackend::cudnn);
   cuda::set_cudnn_deterministic(true);
   CHECK_ERROR_CONTAINS(run(in, true, Device::cuda(), DType::bf16), "KILN_ATTENTION=cudnn", "deterministic");
