@@ -312,7 +312,7 @@ int main(int argc, char** argv) {
   apps::add_memory_flags(app, a.recompute, a.fused_head,
                          " on both sides (GPT::set_recompute; torch.utils.checkpoint in PyTorch)");
   app.add_flag("--cuda-graph", a.cuda_graph, "Kiln's step through the Trainer's whole-step CUDA graph (--device "
-               "cuda; the warm-up's last step captures, every timed step replays; not yet run on a GPU)");
+               "cuda; the warm-up's last step captures, every timed step replays)");
   app.add_flag("--ddp-overhead", a.ddp_overhead, "Kiln only: the step without DDP against the step through "
                "DistributedDataParallel on a one-rank group (Gloo on cpu, NCCL on cuda), two models stepped in "
                "turn (default configs on cuda: gpt2-124m only)");

@@ -26,7 +26,7 @@ void add_memory_flags(CLI::App& app, std::string& recompute, std::string& fused_
                  "less activation memory; same results); attention or mlp re-run only that half")
       ->expected(0, 1)->default_str("block");  // the value the flag alone takes
   app.add_option("--fused-head", fused_head, "Kiln's chunked LM head + cross entropy (never the whole (B, T, V) "
-                 "logits): auto (on the CPU; off on CUDA until measured there), on, off")
+                 "logits): auto (on the CPU; off on CUDA, where it was slower), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
 }
 

@@ -50,7 +50,7 @@ void add_train_gpt_flags(CLI::App& app, TrainGptArgs& a, double& floor_flag) {
   add_fit_memory_flag(app, a.fit);
   app.add_flag("--cuda-graph", a.cuda_graph, "capture the whole training step as one CUDA graph after 3 eager steps "
                "and replay it (--device cuda, one process, no sharding; the batch goes through static buffers). "
-               "Off by default: not yet run on a GPU");
+               "Off by default: on an H200 it matched the eager step but was no faster at gpt2-124m or gpt-1.3b");
   add_parallel_flags(app, a.parallel, "each transformer block");
   app.add_option("--seed", a.seed, "model init and data order")->capture_default_str();
   app.add_option("--device", a.device, "cpu or cuda (under a launcher each rank takes cuda:LOCAL_RANK)")

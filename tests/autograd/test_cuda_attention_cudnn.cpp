@@ -224,10 +224,10 @@ TEST_CASE("cuDNN attention: under cudnn, a case cuDNN cannot take is an error na
   CHECK_ERROR_CONTAINS(run(d32, true, Device::cuda(), DType::bf16), "KILN_ATTENTION=cudnn", "head dim 32");
 }
 
-TEST_CASE("cuDNN attention: this device's DEVICEPROP, and the hand-written H100 one gives the same engines") {
+TEST_CASE("cuDNN attention: this device's DEVICEPROP, and the committed H200 one gives the same engines") {
   test::require_cuda();
-  // Printed (and written to $KILN_DEVICEPROP_OUT when set) so that a GPU run can replace
-  // tests/core/data/h100_deviceprop.json, which was written by hand, with the real description.
+  // Printed (and written to $KILN_DEVICEPROP_OUT when set): tests/core/data/h200_deviceprop.json is
+  // the one the first H200 run dumped, read by the deviceless test (core_cudnn_sdpa_graph).
   cuda::BackendDescriptor prop(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
   const int32_t device = 0;
   prop.set(CUDNN_ATTR_DEVICEPROP_DEVICE_ID, CUDNN_TYPE_INT32, 1, &device).finalize();
@@ -241,17 +241,18 @@ TEST_CASE("cuDNN attention: this device's DEVICEPROP, and the hand-written H100 
   if (const char* out = std::getenv("KILN_DEVICEPROP_OUT")) std::ofstream(out) << real << "\n";
 
   const char* root = std::getenv("KILN_SOURCE_DIR");
-  std::ifstream in(std::string(root ? root : ".") + "/tests/core/data/h100_deviceprop.json");
-  if (!in.good() || real.find("H100") == std::string::npos) {
-    MESSAGE("not an H100, or the hand-written description is not readable here: no comparison");
+  std::ifstream in(std::string(root ? root : ".") + "/tests/core/data/h200_deviceprop.json");
+  if (!in.good() || real.find("\"NVIDIA H200\"") == std::string::npos) {
+    MESSAGE("not an H200, or the committed description is not readable here: no comparison");
     return;
   }
   std::stringstream text;
   text << in.rdbuf();
-  const std::string hand = text.str();
-  cuda::BackendDescriptor hand_prop(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
-  hand_prop.set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<int64_t>(hand.size() + 1),
-                hand.c_str())
+  const std::string stored = text.str();
+  cuda::BackendDescriptor stored_prop(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  stored_prop
+      .set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<int64_t>(stored.size() + 1),
+           stored.c_str())
       .finalize();
   cuda::SdpaGraphSpec s;
   s.b = 8, s.h = 16, s.t = 2048, s.d = 128;
@@ -260,10 +261,11 @@ TEST_CASE("cuDNN attention: this device's DEVICEPROP, and the hand-written H100 
     CAPTURE(backward);
     const cuda::SdpaGraph g =
         backward ? cuda::build_sdpa_backward_graph(s, nullptr) : cuda::build_sdpa_forward_graph(s, nullptr);
-    std::vector<int64_t> from_real, from_hand;
+    std::vector<int64_t> from_real, from_stored;
     for (const cuda::SdpaEngineConfig& c : cuda::sdpa_engine_configs(g, prop.get())) from_real.push_back(c.engine);
-    for (const cuda::SdpaEngineConfig& c : cuda::sdpa_engine_configs(g, hand_prop.get())) from_hand.push_back(c.engine);
+    for (const cuda::SdpaEngineConfig& c : cuda::sdpa_engine_configs(g, stored_prop.get()))
+      from_stored.push_back(c.engine);
     CHECK_FALSE(from_real.empty());
-    CHECK(from_real == from_hand);
+    CHECK(from_real == from_stored);
   }
 }

@@ -1,6 +1,7 @@
 // cuDNN's fused-attention graphs (core/cuda/kernels/attention_cudnn_graph.cuh) matched against
-// engines WITHOUT a GPU: cuDNN >= 9.8 answers its heuristics from a DEVICEPROP description of an H100
-// (tests/core/data/h100_deviceprop.json, hand-written) when a libcuda.so.1 can be loaded; ctest puts
+// engines WITHOUT a GPU: cuDNN >= 9.8 answers its heuristics from a DEVICEPROP description of an H200
+// (tests/core/data/h200_deviceprop.json, dumped on one, sm_90 as the H100) when a libcuda.so.1 can be
+// loaded; ctest puts
 // the CUDA toolkit's stub on this test's library path only (tests/CMakeLists.txt). The right graphs
 // must yield engines, broken ones none. Plans, numbers and timing need a GPU
 // (tests/autograd/test_cuda_attention_cudnn.cpp). Registered by hand, in CUDA builds only.
@@ -35,12 +36,12 @@ void require_deviceless_cudnn() {
 }
 
 #if CUDNN_VERSION >= 90800
-// The H100's DEVICEPROP descriptor, made once.
-cudnnBackendDescriptor_t h100() {
+// The H200's DEVICEPROP descriptor, made once.
+cudnnBackendDescriptor_t h200() {
   static BackendDescriptor prop = [] {
     const char* root = std::getenv("KILN_SOURCE_DIR");
     REQUIRE_MESSAGE(root, "KILN_SOURCE_DIR is not set (ctest sets it)");
-    const std::string path = std::string(root) + "/tests/core/data/h100_deviceprop.json";
+    const std::string path = std::string(root) + "/tests/core/data/h200_deviceprop.json";
     std::ifstream in(path);
     REQUIRE_MESSAGE(in.good(), "cannot read ", path);
     std::stringstream text;
@@ -85,7 +86,7 @@ std::string describe(const SdpaGraphSpec& s, Layout layout) {
 // The heuristics' answer for one graph, printed as one line: "fwd bf16 B8 ...: engines 2 (256 B), 1 (0 B)".
 std::vector<SdpaEngineConfig> engines(const char* pass, const SdpaGraph& g, const std::string& what) {
 #if CUDNN_VERSION >= 90800
-  std::vector<SdpaEngineConfig> configs = sdpa_engine_configs(g, h100());
+  std::vector<SdpaEngineConfig> configs = sdpa_engine_configs(g, h200());
 #else
   std::vector<SdpaEngineConfig> configs;
 #endif
@@ -101,7 +102,7 @@ std::vector<SdpaEngineConfig> engines(const char* pass, const SdpaGraph& g, cons
 
 }  // namespace
 
-TEST_CASE("cuDNN SDPA: the forward and backward graphs have engines on an H100 (deviceless)") {
+TEST_CASE("cuDNN SDPA: the forward and backward graphs have engines on an H200 (deviceless)") {
   require_deviceless_cudnn();
   for (cudnnDataType_t io : {CUDNN_DATA_BFLOAT16, CUDNN_DATA_HALF})
     for (int64_t d : {64, 128})
