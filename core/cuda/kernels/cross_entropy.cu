@@ -17,10 +17,11 @@ constexpr unsigned long long kNoFault = ~0ull;  // -1 as i64
 
 // Note [Unaligned rows]
 // A row of c elements starts on a 16-byte boundary only when c is a multiple of the vector (or it
-// is the first row). GPT-2's vocabulary, 50257, is not, and element-wise loads held the first GPU
-// run's cross entropy (an H200, 2026-11-28, gpt2-124m's (16384, 50257) bf16 logits) at 4.2 ms forward
-// and 4.1 ms backward per step, about a fifth of the memory bandwidth. Each row is therefore read as
-// a scalar head up to its first 16-byte boundary, whole vectors, and a scalar tail. A row that is
+// is the first row). GPT-2's vocabulary, 50257, is not, so every row was read element by element:
+// gpt2-124m's (16384, 50257) cross entropy took 4.24 ms forward and 4.12 ms backward per step on the
+// first GPU run (an H200, 2026-11-28). Each row is therefore read as a scalar head up to its first
+// 16-byte boundary, whole vectors, and a scalar tail: 4.05 and 3.44 ms on the same GPU, so the width
+// of the loads was not what held it (docs/benchmarks.md, "GPU (H200)"). A row that is
 // aligned and a multiple of the vector has neither head nor tail, so it adds in the same order as
 // before; V == 1 has no head. `row` must be aligned to its element (every tensor's data is).
 template <int V, class T>
