@@ -48,7 +48,8 @@ STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernel
 # once, while the machine is warm) profiles gpt2-124m's step and times gpt-1.3b. Both together would
 # overrun one call.
 # Call 3 (after the first run flipped the proven defaults, 2026-11-28) checks the flipped defaults.
-CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"], "3": ["suite", "train", "kernels", "confirm"]}
+CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"],
+         "3": ["suite", "train", "kernels", "confirm"]}
 
 # The paths: environment and flags of train_gpt / bench_gpt that turn each on, over the baseline:
 # every path off, as the defaults were before the first GPU run (2026-11-28) flipped the proven ones
@@ -140,40 +141,37 @@ def plan():
                       {"KILN_CUDNN_ZERO_DQ_ACCUM": "1"}))
     # gpt2-124m: Kiln per path, then PyTorch eager and compile (with Kiln's baseline beside them).
     gpt2 = ["--device", "cuda", "--config", "gpt2-124m", "-B", "16", "-T", "1024", "--warmup", "3", "--steps", "5"]
-    for p in CALL1_PATHS:
-        env, flags = PATHS[p]
-        steps.append(Step("bench", "gpt2-124m " + p, ["{build}/apps/bench_gpt"] + gpt2 + flags +
-                          ["--no-torch", "--json", "{work}/bench_124m_%s.json" % p], 60, 12, env, p))
-    steps.append(Step("bench", "gpt2-124m PyTorch eager + compile", ["{build}/apps/bench_gpt"] + gpt2 +
-                      ["--torch-modes", "eager,compile", "--python", "{python}", "--json", "{work}/bench_124m_torch.json"],
-                      180, 75))
-    for p in ("baseline", "all"):
-        env, flags = PATHS[p]
-        steps.append(Step("profile", "gpt2-124m profile " + p, ["{build}/apps/bench_gpt"] + gpt2 + flags +
-                          ["--no-torch", "--profile", "{work}/trace_%s.json" % p], 60, 15, env, p))
     big = ["--device", "cuda", "--config", "gpt-1.3b", "-B", "8", "-T", "2048", "--warmup", "2", "--steps", "3"]
-    for p in BIG_PATHS:
+
+    def kiln(stage, name, shape, p, out, limit, expect):  # bench_gpt, Kiln only, under path p
         env, flags = PATHS[p]
-        steps.append(Step("big", "gpt-1.3b " + p, ["{build}/apps/bench_gpt"] + big + flags +
-                          ["--no-torch", "--json", "{work}/bench_13b_%s.json" % p], 120, 35, env, p))
-    steps.append(Step("big", "gpt-1.3b PyTorch eager + compile", ["{build}/apps/bench_gpt"] + big +
-                      ["--torch-modes", "eager,compile", "--python", "{python}", "--json", "{work}/bench_13b_torch.json"],
-                      240, 120))
+        return Step(stage, name, ["{build}/apps/bench_gpt"] + shape + flags + ["--no-torch"] + out, limit, expect,
+                    env, p)
+
+    def torch(stage, name, shape, json_name, limit, expect):  # bench_gpt with PyTorch eager and compile
+        return Step(stage, name, ["{build}/apps/bench_gpt"] + shape + ["--torch-modes", "eager,compile", "--python",
+                                                                       "{python}", "--json", "{work}/" + json_name],
+                    limit, expect)
+
+    for p in CALL1_PATHS:
+        steps.append(kiln("bench", "gpt2-124m " + p, gpt2, p, ["--json", "{work}/bench_124m_%s.json" % p], 60, 12))
+    steps.append(torch("bench", "gpt2-124m PyTorch eager + compile", gpt2, "bench_124m_torch.json", 180, 75))
+    for p in ("baseline", "all"):
+        steps.append(kiln("profile", "gpt2-124m profile " + p, gpt2, p, ["--profile", "{work}/trace_%s.json" % p],
+                          60, 15))
+    for p in BIG_PATHS:
+        steps.append(kiln("big", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 35))
+    steps.append(torch("big", "gpt-1.3b PyTorch eager + compile", big, "bench_13b_torch.json", 240, 120))
     # Call 3: the flipped defaults.
     steps.append(Step("suite", "ctest -L gpu", ["ctest", "--test-dir", "{build}", "-L", "gpu", "-j", "3", "--timeout",
                                                 "150", "--output-on-failure"], 240, 100))
     steps.append(Step("kernels", "bench_cuda vs PyTorch", ["{build}/apps/bench_cuda", "--python", "{python}"], 120, 60))
     for p in ("baseline", "defaults", "defaults-graph"):
-        env, flags = PATHS[p]
-        steps.append(Step("confirm", "gpt2-124m " + p, ["{build}/apps/bench_gpt"] + gpt2 + flags +
-                          ["--no-torch", "--json", "{work}/bench_124m_%s.json" % p], 60, 8, env, p))
-    steps.append(Step("confirm", "gpt2-124m defaults, PyTorch eager + compile", ["{build}/apps/bench_gpt"] + gpt2 +
-                      ["--torch-modes", "eager,compile", "--python", "{python}", "--json", "{work}/bench_124m_torch.json"],
-                      150, 70))
+        steps.append(kiln("confirm", "gpt2-124m " + p, gpt2, p, ["--json", "{work}/bench_124m_%s.json" % p], 60, 8))
+    steps.append(torch("confirm", "gpt2-124m defaults, PyTorch eager + compile", gpt2, "bench_124m_torch.json",
+                       150, 70))
     for p in ("defaults", "defaults-graph"):
-        env, flags = PATHS[p]
-        steps.append(Step("confirm", "gpt-1.3b " + p, ["{build}/apps/bench_gpt"] + big + flags +
-                          ["--no-torch", "--json", "{work}/bench_13b_%s.json" % p], 120, 25, env, p))
+        steps.append(kiln("confirm", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 25))
     return steps
 
 
