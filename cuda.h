@@ -64,6 +64,25 @@ void set_attention_backend(AttentionBackend backend);
 AttentionBackend parse_attention_backend(const std::string& name);
 const char* attention_backend_name(AttentionBackend backend);  ///< "auto", "cudnn", "kiln"
 
+// ---- cross-entropy kernels (KILN_CROSS_ENTROPY_KERNEL) ----
+/// Which form of the fused cross-entropy kernels runs on CUDA (Note [Cross-entropy kernels] in
+/// core/cuda/kernels/cross_entropy.cu, in the source tree). accurate: one pass over each row with
+/// an online max and sum, libm-accurate expf (the first form). fast: the same pass with exp2f of
+/// x * log2(e) (within 2 ulp plus the product's rounding), and a backward that issues four loads
+/// before it computes. registers: a forward that holds the row in registers (rows up to 65,536
+/// 16-bit or 32,768 f32 values; longer ones take fast), finds the max, then adds exp(x - max)
+/// without a dependency from one element to the next; the backward as fast. f64 logits use exp in
+/// every form. The results differ between forms by rounding only; the GPU test compares each with
+/// the CPU. CPU cross entropy ignores the switch.
+enum class CrossEntropyKernel { accurate, fast, registers };
+/// The first call reads KILN_CROSS_ENTROPY_KERNEL (accurate | fast | registers; unset: accurate)
+/// unless set_cross_entropy_kernel came first; a bad value throws from every call until the setter is used.
+CrossEntropyKernel cross_entropy_kernel();
+void set_cross_entropy_kernel(CrossEntropyKernel kernel);
+/// "accurate" | "fast" | "registers" to the enum; anything else throws naming the value and the choices.
+CrossEntropyKernel parse_cross_entropy_kernel(const std::string& name);
+const char* cross_entropy_kernel_name(CrossEntropyKernel kernel);  ///< "accurate", "fast", "registers"
+
 // ---- layer-norm kernel variant (KILN_LAYER_NORM_VARIANT) ----
 /// Note [Layer norm variants]
 /// What is unknown about the layer-norm kernels until a GPU times them, each a field:

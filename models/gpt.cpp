@@ -264,8 +264,8 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
   if (uses_fused_head(fused_head_, idx.device()))  // Note [Chunked LM head]: the (B, T, V) logits never exist whole
     return linear_cross_entropy(hidden(idx), transformer->wte->weight, targets,
                                 LinearCrossEntropyOptions().classes(config_.vocab_size).ignore_index(-1));
-  Tensor logits = forward(idx).slice(2, 0, config_.vocab_size);  // Note [Padded vocabulary]
-  return cross_entropy(logits, targets, CrossEntropyOptions().ignore_index(-1));
+  // Note [Padded vocabulary]: the loss reads the first vocab_size columns in place.
+  return cross_entropy(forward(idx), targets, CrossEntropyOptions().ignore_index(-1).classes(config_.vocab_size));
 }
 
 int64_t GPT::num_parameters(bool non_embedding) const {

@@ -22,9 +22,10 @@ namespace kiln::models {
 /// Note [Padded vocabulary]
 /// The token table has padded_vocab_size rows (GPT-2: 50257 padded to 50304, a multiple of 128,
 /// for faster matmuls, as llm.c and nanoGPT do). Rows >= vocab_size are never looked up by real
-/// tokens; forward() returns logits over all padded_vocab_size columns, and loss() slices the
-/// logits to the first vocab_size columns before the softmax, so padded columns never receive
-/// probability and their wte rows get no gradient from the head. HF files hold vocab_size rows.
+/// tokens; forward() returns logits over all padded_vocab_size columns, and loss() takes the
+/// softmax over the first vocab_size columns only (CrossEntropyOptions::classes: read in place, no
+/// copy of the slice), so padded columns never receive probability and their wte rows get no
+/// gradient from the head. HF files hold vocab_size rows.
 struct GPTConfig {
   int64_t vocab_size = 50257;         ///< real tokens
   int64_t padded_vocab_size = 50304;  ///< rows of wte (>= vocab_size), see Note [Padded vocabulary]

@@ -23,7 +23,7 @@ GPTMemoryEstimate estimate_gpt_training_memory(const GPTConfig& config, int64_t 
                                                const GPTMemoryOptions& o) {
   config.validate();
   const int64_t n = batch * seq, c = config.n_embd, h = config.n_head, layers = config.n_layer, t = seq;
-  const int64_t v = config.padded_vocab_size, vocab = config.vocab_size;
+  const int64_t v = config.padded_vocab_size;
   // e: the parameters and the residual stream; l: what the GEMMs make (16-bit under autocast or with
   // 16-bit parameters). copies: autocast keeps 16-bit casts of f32 weights (none of 16-bit ones).
   const int64_t e = int64_t(dtype_size(o.param_dtype)), l = o.autocast || e == 2 ? 2 : 4;
@@ -80,8 +80,9 @@ GPTMemoryEstimate estimate_gpt_training_memory(const GPTConfig& config, int64_t 
   } else {
     const int64_t copy = copies ? l * v * c : 0;  // the head weight's 16-bit copy, kept by the product
     m.head = ln_f + l * c * n + l * v * n + 4 * n + copy;  // ln_f's output, logits (N, V), lse
-    // dlogits, the padded slice's zero-filled copy when V is padded, dx, and dW in l then in f32.
-    m.head_transient = l * vocab * n + (v != vocab ? l * v * n : 0) + l * c * n + (l + e) * v * c;
+    // dlogits (over the padded columns: cross_entropy's classes writes them whole), dx, and dW in l
+    // then in f32.
+    m.head_transient = l * v * n + l * c * n + (l + e) * v * c;
   }
   // One block's backward, net of the activations it frees as it goes: the residual's gradient and its
   // layer norm's (e*C each), the MLP's 4C-wide gradient (4*l*C) and the composed attention's (T, T)

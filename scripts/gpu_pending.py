@@ -16,6 +16,10 @@ GPU, proven or refuted in one device call, each step under its own time limit.
   stage kernels bench_cuda: Kiln's kernels against PyTorch's (attention against SDPA, layer norm, ...)
   stage confirm gpt2-124m and gpt-1.3b: the former defaults (baseline), the new ones, the new ones
                 with the CUDA graph; PyTorch eager and torch.compile beside gpt2-124m
+  stage ce-tests  the cross entropy's forms (KILN_CROSS_ENTROPY_KERNEL) against the CPU, memcheck
+  stage ce-sweep  bench_cuda --sweep --only cross_entropy: each form, contiguous and padded logits
+  stage ce-bench  gpt2-124m under each form, PyTorch eager and torch.compile beside it
+  stage ce-profile gpt2-124m's step under the fast forms, gpt-1.3b's under the defaults
 
 Then one table, path | tests | loss vs baseline | step ms | ratio | peak GiB | verdict, printed and
 written with every figure as JSON under --out (the device tool brings back at most 8 files: one
@@ -43,13 +47,17 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALL_LIMIT_S = 600       # one device call
 PLAN_LIMIT_S = 540       # what the expected times of the default stages may add up to (margin)
-STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernels", "confirm"]
+STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernels", "confirm",
+          "ce-tests", "ce-sweep", "ce-bench", "ce-profile"]
 # What one device call runs: the first proves every path and times gpt2-124m; the second (sent at
 # once, while the machine is warm) profiles gpt2-124m's step and times gpt-1.3b. Both together would
 # overrun one call.
 # Call 3 (after the first run flipped the proven defaults, 2026-11-28) checks the flipped defaults.
 CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"],
-         "3": ["suite", "train", "kernels", "confirm"]}
+         "3": ["suite", "train", "kernels", "confirm"],
+         # Call 4 (the cross entropy's forms, Note [Cross-entropy kernels]; GPT's padded logits read in
+         # place): prove each, time them, profile what is left; then the whole gpu suite.
+         "4": ["ce-tests", "ce-sweep", "ce-bench", "ce-profile", "suite"]}
 
 # The paths: environment and flags of train_gpt / bench_gpt that turn each on, over the baseline:
 # every path off, as the defaults were before the first GPU run (2026-11-28) flipped the proven ones
@@ -72,6 +80,9 @@ PATHS["all"] = (ALL_ENV, ALL_FLAGS)
 # The defaults as they are now, alone and with the CUDA graph (an option a user asks for).
 PATHS["defaults"] = ({}, [])
 PATHS["defaults-graph"] = ({}, ["--cuda-graph"])
+CE_FORMS = ["accurate", "fast", "registers"]
+for _f in CE_FORMS:
+    PATHS["ce-" + _f] = ({"KILN_CROSS_ENTROPY_KERNEL": _f}, [])
 CALL1_PATHS = ["baseline"] + list(SWITCHES) + ["all"]
 # The paths a 1.3B row runs: each alone would cost a minute apiece.
 BIG_PATHS = ["baseline", "all"]
@@ -172,6 +183,31 @@ def plan():
                        150, 70))
     for p in ("defaults", "defaults-graph"):
         steps.append(kiln("confirm", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 25))
+    # Call 4: the cross entropy's forms.
+    steps.append(gpu_test("core_cuda_cross_entropy", None, 150, 40, lane="ce"))
+    steps.append(Step("ce-tests", "memcheck core_cuda_cross_entropy (small cases)",
+                      ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "1",
+                       "{build}/tests/core_cuda_cross_entropy", "-tce=*GPT-2-sized*"], 150, 90,
+                      lane="ce-memcheck", optional_tool="compute-sanitizer"))
+    steps.append(gpu_test("models_cuda_gpt_fused_head", None, 90, 15, lane="gpt"))
+    for st in steps[-3:]:
+        st.stage = "ce-tests"
+    steps.append(Step("ce-sweep", "bench_cuda --sweep --only cross_entropy",
+                      ["{build}/apps/bench_cuda", "--sweep", "--only", "cross_entropy", "--sweep-json",
+                       "{out}/sweep_ce.json"], 90, 25))
+    for f in CE_FORMS:  # fwd+bwd through autograd beside PyTorch's (8192, 50257)
+        steps.append(Step("ce-sweep", "bench_cuda cross_entropy vs PyTorch, " + f,
+                          ["{build}/apps/bench_cuda", "--only", "cross_entropy", "--python", "{python}"], 60, 15,
+                          {"KILN_CROSS_ENTROPY_KERNEL": f}))
+    for f in CE_FORMS:
+        steps.append(kiln("ce-bench", "gpt2-124m ce-" + f, gpt2, "ce-" + f, ["--json", "{work}/bench_124m_ce-%s.json" % f],
+                          60, 10))
+    steps.append(torch("ce-bench", "gpt2-124m PyTorch eager + compile", gpt2, "bench_124m_torch.json", 150, 70))
+    for f in ("fast", "registers"):
+        steps.append(kiln("ce-profile", "gpt2-124m profile ce-" + f, gpt2, "ce-" + f,
+                          ["--profile", "{work}/trace_ce_%s.json" % f], 60, 15))
+    steps.append(kiln("ce-profile", "gpt-1.3b profile defaults", big, "defaults", ["--profile", "{work}/trace_13b.json"],
+                      120, 40))
     return steps
 
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <kiln/core/cuda/plan/layer_norm_variant.h>
+#include <kiln/core/ops/cross_entropy.h>
 #include <kiln/core/ops/layer_norm.h>
 #include <kiln/kiln.h>
 
@@ -129,6 +130,35 @@ void sweep_add_layer_norm(std::vector<Row>& rows, const TimeFn& time_ms) {
   ops::set_fused_add_layer_norm_cuda(before);
 }
 
+// The fused cross entropy's forms (cuda::CrossEntropyKernel, Note [Cross-entropy kernels]), forward
+// and backward timed apart, on gpt2-124m's (16384, 50257) bf16 logits: contiguous, and the first
+// 50257 columns of GPT's padded (16384, 50304) ones read in place (the gradient written padded).
+void sweep_cross_entropy(std::vector<Row>& rows, const TimeFn& time_ms) {
+  const cuda::CrossEntropyKernel before = cuda::cross_entropy_kernel();
+  const int64_t n = 16 * 1024, c = 50257;
+  Generator g(19);
+  Tensor targets = (rand({n}, g, DType::f64) * double(c - 1)).to(DType::i64).to(Device::cuda());
+  Tensor one = ones({}, on_gpu(DType::f32));
+  for (int64_t padded : {c, int64_t(50304)}) {
+    const std::string shape = "bf16 (" + std::to_string(n) + ", " + std::to_string(c) +
+                              (padded == c ? ")" : " of " + std::to_string(padded) + ")");
+    Tensor wide = gpu_randn({n, padded}, DType::bf16, 20);
+    Tensor x = wide.narrow(1, 0, c);
+    for (cuda::CrossEntropyKernel form : {cuda::CrossEntropyKernel::accurate, cuda::CrossEntropyKernel::fast,
+                                          cuda::CrossEntropyKernel::registers}) {
+      cuda::set_cross_entropy_kernel(form);
+      const std::string name = cuda::cross_entropy_kernel_name(form);
+      rows.push_back(timed("cross_entropy fwd " + name, shape, time_ms,
+                           [&] { (void)ops::cross_entropy_forward(x, targets, -1, 0.0); }));
+      const ops::CrossEntropyResult f = ops::cross_entropy_forward(x, targets, -1, 0.0);
+      rows.push_back(timed("cross_entropy bwd " + name, shape, time_ms, [&] {
+        (void)ops::cross_entropy_backward(one, x, targets, f.lse, -1, 0.0, 1.0, f.count, padded);
+      }));
+    }
+  }
+  cuda::set_cross_entropy_kernel(before);
+}
+
 // The candidate's group: its name up to the variant ("layer_norm fwd", "attention fwd+bwd", ...).
 std::string group_of(const Row& r) {
   const size_t cut = r.candidate.rfind(' ');
@@ -144,6 +174,7 @@ int run_sweep(const SweepOptions& options, const TimeFn& time_ms) {
   if (want("attention")) sweep_attention(rows, time_ms);
   if (want("epilogue")) sweep_epilogue(rows, time_ms);
   if (want("add_layer_norm")) sweep_add_layer_norm(rows, time_ms);
+  if (want("cross_entropy")) sweep_cross_entropy(rows, time_ms);
 
   // The first row of each group is its default; the fastest row of each group is marked.
   std::map<std::string, size_t> first, best;

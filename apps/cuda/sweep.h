@@ -1,6 +1,6 @@
 // bench_cuda --sweep: every candidate configuration of the GPU kernels whose best form is unknown,
 // timed in one run (layer-norm launch variants, Kiln's vs cuDNN's attention, the bias+GELU epilogue,
-// the fused residual add + layer norm), with the fastest of each named: a GPU tunes them in one call.
+// the fused residual add + layer norm, the cross entropy's forms), with the fastest of each named: a GPU tunes them in one call.
 #pragma once
 
 #include <functional>
@@ -12,7 +12,7 @@ namespace kiln::apps {
 using TimeFn = std::function<double(const std::function<void()>& fn)>;
 
 struct SweepOptions {
-  std::string only;       // one case: layer_norm, attention, epilogue, add_layer_norm; empty: all
+  std::string only;       // one case: layer_norm, attention, epilogue, add_layer_norm, cross_entropy; empty: all
   std::string json_path;  // where the table goes as JSON too; empty: nowhere
 };
 

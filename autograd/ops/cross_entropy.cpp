@@ -38,7 +38,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                    "cross_entropy: logits must be (..., C) with C >= 1, got shape ", logits.shape());
   const double ls = options.label_smoothing_;
   KILN_CHECK_VALUE(ls >= 0.0 && ls <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ", ls);
-  const int64_t c = logits.size(-1);
+  const int64_t width = logits.size(-1), c = options.classes_ < 0 ? width : options.classes_;
+  KILN_CHECK_VALUE(c >= 1 && c <= width, "cross_entropy: classes (", options.classes_,
+                   ") must be in [1, the logits' last dimension = ", width, "]");
   const Shape lead(logits.shape().begin(), logits.shape().end() - 1);
   const int64_t n = shape_numel(lead);
   KILN_CHECK_VALUE(targets.shape() == lead || (targets.dim() == 1 && targets.numel() == n),
@@ -52,7 +54,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   // Every CrossEntropyOptions option (ignore_index, label_smoothing, each reduction) is fused in
   // the raw ops on both devices, so no option falls back to a composed path. Targets are moved to
   // the logits' device (they may come from a CPU batch), as the host-side check used to allow.
-  const Tensor rows_logits = autograd::saved(logits).reshape({n, c});
+  // With classes < width the kernels read the first c columns in place (CUDA; the CPU copies them).
+  const Tensor rows_logits = autograd::saved(logits).reshape({n, width}).narrow(1, 0, c);
   const Tensor rows_targets = targets.to(logits.device()).reshape({n});
   ops::CrossEntropyResult r = ops::cross_entropy_forward(rows_logits, rows_targets, options.ignore_index_, ls);
   Tensor out = reduce_rows(r.loss, options.reduction_, lead, r.count).to(out_dtype);
@@ -60,13 +63,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   // The node saves the (N, C) logits as the forward saw them, the (N,) targets, each row's
   // logsumexp and the 0-dim i64 count of counted rows (on the logits' device).
   return autograd::record(out, "CrossEntropyBackward", {&logits}, [&](const autograd::Needs&) {
-    return [logits = rows_logits, targets = rows_targets, lse = r.lse, count = r.count,
+    return [logits = rows_logits, targets = rows_targets, lse = r.lse, count = r.count, width,
             ignore_index = options.ignore_index_, ls, reduction = options.reduction_](
                const Tensor& g, const autograd::OpNode& node) {
       // none: one gradient per row; sum: the same for every row; mean: that over the counted rows.
       const Tensor grad_loss = reduction == Reduction::none ? g.reshape({logits.size(0)}) : g;
+      // (N, width): the gradient of columns past c is zero, written by the same kernel.
       Tensor grad = ops::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, ls, 1.0,
-                                                reduction == Reduction::mean ? count : Tensor());
+                                                reduction == Reduction::mean ? count : Tensor(), width);
       return grad.reshape(node.input_info[0].shape);
     };
   });

@@ -100,7 +100,8 @@ ops::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t ignore_index, double label_smoothing, double scale, const Tensor& count) {
+                              int64_t ignore_index, double label_smoothing, double scale, const Tensor& count,
+                              int64_t columns) {
   const int64_t rows = logits.size(0), c = logits.size(1);
   if (count.defined()) scale *= 1.0 / count.item();  // as the CUDA kernel: scale * (1 / count), in double
   ops::check_targets(targets, c, ignore_index);      // the row loop writes at the target's column
@@ -113,7 +114,10 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
     backward_rows<T>(dx.data<T>(), x.data<T>(), t.data(), l.data(), g.data(), g.size() == 1 ? 0 : 1, rows, c,
                      ignore_index, label_smoothing, scale);
   });
-  return dx;
+  if (columns <= c) return dx;
+  Tensor padded = zeros({rows, columns}, x.dtype());  // the gradient of padded logits: zeros past column c
+  padded.narrow(1, 0, c).copy_(dx);
+  return padded;
 }
 
 }  // namespace kiln::cpu::KILN_CPU_CAP

@@ -67,7 +67,8 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t ignore_index, double label_smoothing, double scale, const Tensor& count) {
+                              int64_t ignore_index, double label_smoothing, double scale, const Tensor& count,
+                              int64_t columns) {
   const char* op = "cross_entropy_backward";
   check_args(op, logits, targets, label_smoothing);
   check_defined(grad_loss, op, "grad_loss");
@@ -81,16 +82,18 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   KILN_CHECK_VALUE(!count.defined() || (count.numel() == 1 && count.dtype() == DType::i64), op,
                    ": count must be the forward's one-element i64 count, got ",
                    count.defined() ? std::string(dtype_name(count.dtype())) : std::string(), count.defined() ? count.shape() : Shape{});
+  KILN_CHECK_VALUE(columns == 0 || columns >= logits.size(1), op, ": columns must be 0 or at least the logits' ",
+                   logits.size(1), ", got ", columns);
   const Tensor& count_or_logits = count.defined() ? count : logits;  // an operand when given
   return dispatch_device(
       op, {&logits, &targets, &lse, &grad_loss, &count_or_logits},
       [&] {
         return cuda::cross_entropy_backward(grad_loss, logits, targets, lse, ignore_index, label_smoothing, scale,
-                                            count);
+                                            count, columns);
       },
       [&] {
         return KILN_CPU_KERNEL(cross_entropy_backward)(grad_loss, logits, targets, lse, ignore_index, label_smoothing, scale,
-                                           count);
+                                           count, columns);
       });
 }
 

@@ -29,10 +29,12 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
 // in logits' dtype: (softmax(logits[i]) - (1 - ls) onehot(t_i) - ls / C) * grad_loss[i] * scale,
 // 0 on ignored rows. grad_loss is (N,), or one element used for every row (sum / mean
 // reductions); lse is the forward's. `count` (the forward's, for the mean reduction), when given,
-// multiplies scale by 1 / count (in double, read on the logits' device).
+// multiplies scale by 1 / count (in double, read on the logits' device). `columns` > C gives the
+// gradient with respect to logits padded to that many columns, (N, columns) with zeros after column
+// C: logits is then typically the first C columns of the padded ones, which CUDA reads in place.
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t ignore_index = -100, double label_smoothing = 0.0, double scale = 1.0,
-                              const Tensor& count = {});
+                              const Tensor& count = {}, int64_t columns = 0);
 
 // Fails naming the first target (a CPU tensor, i64 or i32) that is neither in [0, classes) nor
 // ignore_index.

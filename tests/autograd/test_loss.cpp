@@ -121,6 +121,29 @@ TEST_CASE("cross_entropy: the gradient is (softmax - onehot) / count, zero on ig
   }
 }
 
+TEST_CASE("cross_entropy: classes takes the first columns as the slice would, padded columns get zero gradient") {
+  // GPT's padded vocabulary (Note [Padded vocabulary]): 2 x 3 rows of 11 columns, 7 of them classes.
+  for (auto& [name, r] : kReductions) {
+    CAPTURE(name);
+    auto opts = CrossEntropyOptions().reduction(r).label_smoothing(0.1).ignore_index(-1);
+    Tensor a = test::grad_leaf({2, 3, 11}, 31), b = test::grad_leaf({2, 3, 11}, 31);
+    Tensor t = ids({0, 6, -1, 3, 2, 5}).view({2, 3});
+    Tensor want = cross_entropy(a.slice(2, 0, 7), t, opts);
+    Tensor got = cross_entropy(b, t, CrossEntropyOptions(opts).classes(7));
+    CHECK(test::values(got) == test::values(want));
+    Tensor up = r == Reduction::none ? test::random({2, 3}, DType::f64, 32) : scalar_tensor(1.5, DType::f64);
+    want.backward(up);
+    got.backward(up);
+    CHECK(b.grad().shape() == Shape{2, 3, 11});
+    CHECK(test::values(b.grad()) == test::values(a.grad()));  // zeros in columns 7..10 on both sides
+  }
+  Tensor x = test::random({3, 5}, DType::f32, 33);
+  CHECK_ERROR_CONTAINS(cross_entropy(x, ids({0, 1, 2}), CrossEntropyOptions().classes(6)), "cross_entropy",
+                       "classes (6)", "5");
+  CHECK_ERROR_CONTAINS(cross_entropy(x, ids({0, 4, 2}), CrossEntropyOptions().classes(3)), "target 4", "row 1",
+                       "3 classes");
+}
+
 TEST_CASE("cross_entropy: bad targets, shapes and dtypes are errors") {
   Tensor logits = test::random({3, 4}, DType::f32, 8);
   CHECK_ERROR_CONTAINS(cross_entropy(logits, ids({0, 7, 1})), "cross_entropy", "target 7", "row 1", "4 classes");

@@ -167,6 +167,28 @@ TEST_CASE("cross_entropy_backward matches the analytic gradient in every dtype")
   }
 }
 
+TEST_CASE("cross_entropy ops: the first C columns of padded rows, and a gradient padded with zeros") {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    CAPTURE(dt);
+    const int64_t n = 5, c = 9, padded = 16;
+    Tensor wide = test::random({n, padded}, dt, 41, -4, 4);
+    Tensor x = wide.narrow(1, 0, c), xc = x.contiguous();
+    const std::vector<int64_t> t = make_targets(n, c, -1, 42);
+    ops::CrossEntropyResult a = ops::cross_entropy_forward(x, ids(t), -1, 0.1);
+    ops::CrossEntropyResult b = ops::cross_entropy_forward(xc, ids(t), -1, 0.1);
+    CHECK(test::values(a.loss) == test::values(b.loss));
+    Tensor g = test::random({n}, DType::f32, 43, 0.5, 2);
+    Tensor d = ops::cross_entropy_backward(g, x, ids(t), a.lse, -1, 0.1, 1.0, {}, padded);
+    Tensor want = ops::cross_entropy_backward(g, xc, ids(t), a.lse, -1, 0.1);
+    REQUIRE(d.shape() == Shape{n, padded});
+    CHECK(test::values(d.narrow(1, 0, c)) == test::values(want));
+    CHECK(test::values(d.narrow(1, c, padded - c)) == std::vector<double>(n * (padded - c), 0.0));
+    CHECK(ops::cross_entropy_backward(g, x, ids(t), a.lse, -1, 0.1, 1.0, {}, c).shape() == Shape{n, c});
+    CHECK_ERROR_CONTAINS(ops::cross_entropy_backward(g, x, ids(t), a.lse, -1, 0.1, 1.0, {}, c - 1),
+                         "cross_entropy_backward", "columns", "9", "8");
+  }
+}
+
 TEST_CASE("cross_entropy_backward matches central finite differences of the forward in f64") {
   const int64_t n = 4, c = 5;
   const std::vector<int64_t> t = {2, 7, 0, 4};  // ignore_index 7

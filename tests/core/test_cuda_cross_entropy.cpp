@@ -2,7 +2,9 @@
 // dtype, rows of 1 .. 50257 classes, i64 and i32 targets, ignored rows, label smoothing, per-row
 // and broadcast upstream gradients, non-contiguous logits, rows at any offset from a 16-byte
 // boundary, out-of-range targets, every reduction
-// through autograd, and a GPT-2-sized (8192, 50257) bf16 batch. Skipped (exit 77) without a device.
+// through autograd, padded rows read in place (CrossEntropyOptions::classes), and a GPT-2-sized
+// (8192, 50257) bf16 batch; each in every form of the kernels (cuda::CrossEntropyKernel). Skipped
+// (exit 77) without a device.
 #include <limits>
 
 #include "test_util.h"
@@ -10,6 +12,18 @@
 using namespace kiln;
 
 namespace {
+
+const cuda::CrossEntropyKernel kForms[] = {cuda::CrossEntropyKernel::accurate, cuda::CrossEntropyKernel::fast,
+                                           cuda::CrossEntropyKernel::registers};
+
+// Sets the kernels' form for a scope.
+struct FormGuard {
+  cuda::CrossEntropyKernel before = cuda::cross_entropy_kernel();
+  explicit FormGuard(cuda::CrossEntropyKernel form) { cuda::set_cross_entropy_kernel(form); }
+  ~FormGuard() { cuda::set_cross_entropy_kernel(before); }
+  FormGuard(const FormGuard&) = delete;
+  FormGuard& operator=(const FormGuard&) = delete;
+};
 
 Tensor ids(const std::vector<int64_t>& v, DType dt = DType::i64) {
   return from_vector(v, {static_cast<int64_t>(v.size())}).to(dt);
@@ -70,15 +84,23 @@ void check_ops(int64_t n, int64_t c, DType dt, DType index_dt, double ls, bool s
 
 TEST_CASE("CUDA cross_entropy ops match the CPU for every row length, dtype and target dtype") {
   test::require_cuda();
-  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
-    for (int64_t c : {1, 7, 32, 1000, 1025, 4096, 50257})
-      for (double ls : {0.0, 0.1}) check_ops(c > 4096 ? 4 : 29, c, dt, ls > 0 ? DType::i32 : DType::i64, ls, false);
+  for (cuda::CrossEntropyKernel form : kForms) {
+    CAPTURE(cuda::cross_entropy_kernel_name(form));
+    FormGuard guard(form);
+    for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+      for (int64_t c : {1, 7, 32, 1000, 1025, 4096, 50257, 70001})  // 70001: past the registers form's rows
+        for (double ls : {0.0, 0.1}) check_ops(c > 4096 ? 4 : 29, c, dt, ls > 0 ? DType::i32 : DType::i64, ls, false);
+  }
 }
 
 TEST_CASE("CUDA cross_entropy ops: non-contiguous logits and targets, custom ignore_index") {
   test::require_cuda();
-  check_ops(17, 1000, DType::bf16, DType::i64, 0.0, true);
-  check_ops(17, 33, DType::f32, DType::i32, 0.2, true);
+  for (cuda::CrossEntropyKernel form : kForms) {
+    CAPTURE(cuda::cross_entropy_kernel_name(form));
+    FormGuard guard(form);
+    check_ops(17, 1000, DType::bf16, DType::i64, 0.0, true);
+    check_ops(17, 33, DType::f32, DType::i32, 0.2, true);
+  }
   // ignore_index inside [0, C): those rows are skipped, the rest counted.
   Tensor x = test::random({6, 5}, DType::f32, 9);
   Tensor t = ids({2, 2, 0, 4, 2, 1});
@@ -92,8 +114,11 @@ TEST_CASE("CUDA cross_entropy ops: rows at any offset from a 16-byte boundary (N
   test::require_cuda();
   // A batch narrowed from a larger one starts c elements into its storage: with c odd, the first row
   // (and every other row) is misaligned, and the backward's fresh dlogits sits at another offset.
+  for (cuda::CrossEntropyKernel form : kForms)
   for (DType dt : {DType::f32, DType::bf16})
     for (int64_t c : {7, 1025, 50257}) {
+      CAPTURE(cuda::cross_entropy_kernel_name(form));
+      FormGuard guard(form);
       CAPTURE(dt);
       CAPTURE(c);
       const int64_t n = c > 4096 ? 5 : 23;
@@ -116,6 +141,9 @@ TEST_CASE("CUDA cross_entropy ops: rows at any offset from a 16-byte boundary (N
 
 TEST_CASE("CUDA cross_entropy ops: special values and ignored rows") {
   test::require_cuda();
+  for (cuda::CrossEntropyKernel form : kForms) {
+  CAPTURE(cuda::cross_entropy_kernel_name(form));
+  FormGuard guard(form);
   const double inf = std::numeric_limits<double>::infinity();
   Tensor x = from_vector(std::vector<double>{-inf, 1, 2, -inf, -inf, -inf, 1, NAN, 0, 3, 1, 2}, {4, 3});
   Tensor t = ids({1, 0, 2, -100});
@@ -136,6 +164,42 @@ TEST_CASE("CUDA cross_entropy ops: special values and ignored rows") {
   Tensor dz = ops::cross_entropy_backward(scalar_tensor(1.0).to(Device::cuda()), x.to(Device::cuda()), all, none.lse,
                                           -100, 0.0, INFINITY);
   CHECK(test::values(dz) == std::vector<double>(12, 0.0));
+  }
+}
+
+TEST_CASE("CUDA cross_entropy: the first C columns of padded rows read in place, the gradient padded with zeros") {
+  test::require_cuda();
+  // GPT-2's vocabulary padded as GPT pads it (16-byte aligned rows), and an odd padding (rows at
+  // every offset from a boundary), through the ops and through kiln::cross_entropy's classes.
+  for (cuda::CrossEntropyKernel form : kForms)
+    for (auto [c, padded] : {std::pair<int64_t, int64_t>{50257, 50304}, {1025, 1031}, {7, 8}}) {
+      CAPTURE(cuda::cross_entropy_kernel_name(form));
+      CAPTURE(c);
+      FormGuard guard(form);
+      const int64_t n = c > 4096 ? 5 : 23;
+      Tensor wide = test::random({n, padded}, DType::bf16, uint64_t(c) + 21, -5, 5);
+      Tensor x = wide.narrow(1, 0, c), xg = wide.to(Device::cuda()).narrow(1, 0, c);
+      Tensor t = ids(make_targets(n, c, -100, uint64_t(c) + 22));
+      ops::CrossEntropyResult want = ops::cross_entropy_forward(x, t, -100, 0.1);
+      ops::CrossEntropyResult got = ops::cross_entropy_forward(xg, t.to(Device::cuda()), -100, 0.1);
+      test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "loss");
+      Tensor g = test::random({n}, DType::f32, 23, 0.5, 2);
+      Tensor d_want = ops::cross_entropy_backward(g, x, t, want.lse, -100, 0.1, 1.0, {}, padded);
+      Tensor d_got = ops::cross_entropy_backward(g.to(Device::cuda()), xg, t.to(Device::cuda()),
+                                                 want.lse.to(Device::cuda()), -100, 0.1, 1.0, {}, padded);
+      REQUIRE(d_got.shape() == Shape{n, padded});
+      test::check_cuda_matches(d_got, d_want, test::cuda_rtol(DType::bf16), 1e-4, "dlogits");
+      CHECK(test::values(d_got.narrow(1, c, padded - c)) == std::vector<double>(n * (padded - c), 0.0));
+      // Autograd: classes on the device against the CPU's slice.
+      Tensor a = wide.view({1, n, padded}).detach().requires_grad_();
+      Tensor b = wide.to(Device::cuda()).view({1, n, padded}).detach().requires_grad_();
+      Tensor la = cross_entropy(a.slice(2, 0, c), t.view({1, n}));
+      Tensor lb = cross_entropy(b, t.to(Device::cuda()).view({1, n}), CrossEntropyOptions().classes(c));
+      test::check_cuda_matches(lb, la, 1e-2, 1e-5, "autograd loss");
+      la.backward();
+      lb.backward();
+      test::check_cuda_matches(b.grad(), a.grad(), test::cuda_rtol(DType::bf16), 1e-4, "autograd grad");
+    }
 }
 
 TEST_CASE("CUDA cross_entropy: an out-of-range target names its value and row, immediately or deferred") {
@@ -222,17 +286,29 @@ TEST_CASE("CUDA cross_entropy on a GPT-2-sized (8192, 50257) bf16 batch") {
   CHECK(got.loss.dtype() == DType::f32);
   ops::CrossEntropyResult want = ops::cross_entropy_forward(x_cpu, ids(t), -1, 0.0);
   CHECK(got.count.item() == want.count.item());
-  test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "loss");
-  Tensor d = ops::cross_entropy_backward(scalar_tensor(1.0).to(Device::cuda()), x, td, got.lse, -1, 0.0, 1.0,
-                                         got.count);
-  CHECK(d.dtype() == DType::bf16);
-  CHECK(d.shape() == Shape{n, c});
-  // Spot-check the first and last rows against the CPU (the whole CPU gradient is 400M values).
-  for (int64_t r0 : {int64_t(0), n - 3}) {
-    Tensor rows = x_cpu.narrow(0, r0, 3);
-    Tensor tr = ids(std::vector<int64_t>(t.begin() + r0, t.begin() + r0 + 3));
-    Tensor dw = ops::cross_entropy_backward(scalar_tensor(1.0), rows, tr, want.lse.narrow(0, r0, 3), -1, 0.0,
-                                            1.0 / want.count.item());
-    test::check_cuda_matches(d.narrow(0, r0, 3), dw, 1e-2, 1e-6, "dlogits rows");
+  for (cuda::CrossEntropyKernel form : kForms) {
+    CAPTURE(cuda::cross_entropy_kernel_name(form));
+    FormGuard guard(form);
+    got = ops::cross_entropy_forward(x, td, -1, 0.0);
+    test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "loss");
+    Tensor d = ops::cross_entropy_backward(scalar_tensor(1.0).to(Device::cuda()), x, td, got.lse, -1, 0.0, 1.0,
+                                           got.count);
+    CHECK(d.dtype() == DType::bf16);
+    CHECK(d.shape() == Shape{n, c});
+    // Spot-check the first and last rows against the CPU (the whole CPU gradient is 400M values).
+    for (int64_t r0 : {int64_t(0), n - 3}) {
+      Tensor rows = x_cpu.narrow(0, r0, 3);
+      Tensor tr = ids(std::vector<int64_t>(t.begin() + r0, t.begin() + r0 + 3));
+      Tensor dw = ops::cross_entropy_backward(scalar_tensor(1.0), rows, tr, want.lse.narrow(0, r0, 3), -1, 0.0,
+                                              1.0 / want.count.item());
+      test::check_cuda_matches(d.narrow(0, r0, 3), dw, 1e-2, 1e-6, "dlogits rows");
+    }
   }
+}
+
+TEST_CASE("KILN_CROSS_ENTROPY_KERNEL names a form; anything else is an error naming the choices") {
+  CHECK(cuda::parse_cross_entropy_kernel("registers") == cuda::CrossEntropyKernel::registers);
+  CHECK(std::string(cuda::cross_entropy_kernel_name(cuda::CrossEntropyKernel::fast)) == "fast");
+  CHECK_ERROR_CONTAINS(cuda::parse_cross_entropy_kernel("quick"), "KILN_CROSS_ENTROPY_KERNEL", "'quick'",
+                       "accurate, fast or registers");
 }

@@ -18,6 +18,7 @@ std::atomic<bool> g_benchmark{false};
 std::atomic<bool> g_deterministic{false};
 std::atomic<bool> g_allow_tf32{true};
 std::atomic<int> g_attention{-1};  // an AttentionBackend, -1 until KILN_ATTENTION is read or the setter runs
+std::atomic<int> g_cross_entropy{-1};  // a CrossEntropyKernel, -1 until KILN_CROSS_ENTROPY_KERNEL is read or set
 std::mutex g_layer_norm_mutex;
 std::optional<LayerNormVariant> g_layer_norm;  // unset until KILN_LAYER_NORM_VARIANT is read or the setter runs
 }  // namespace
@@ -60,6 +61,36 @@ AttentionBackend attention_backend() {
 }
 
 void set_attention_backend(AttentionBackend backend) { g_attention.store(static_cast<int>(backend)); }
+
+CrossEntropyKernel parse_cross_entropy_kernel(const std::string& name) {
+  if (name == "accurate") return CrossEntropyKernel::accurate;
+  if (name == "fast") return CrossEntropyKernel::fast;
+  if (name == "registers") return CrossEntropyKernel::registers;
+  KILN_FAIL_VALUE("KILN_CROSS_ENTROPY_KERNEL must be accurate, fast or registers, got '", name, "'");
+  return CrossEntropyKernel::accurate;
+}
+
+const char* cross_entropy_kernel_name(CrossEntropyKernel kernel) {
+  switch (kernel) {
+    case CrossEntropyKernel::accurate: return "accurate";
+    case CrossEntropyKernel::fast: return "fast";
+    case CrossEntropyKernel::registers: return "registers";
+  }
+  return "?";
+}
+
+CrossEntropyKernel cross_entropy_kernel() {
+  int k = g_cross_entropy.load();
+  if (k < 0) {
+    const char* env = std::getenv("KILN_CROSS_ENTROPY_KERNEL");
+    const CrossEntropyKernel fresh = env && *env ? parse_cross_entropy_kernel(env) : CrossEntropyKernel::accurate;
+    g_cross_entropy.compare_exchange_strong(k, static_cast<int>(fresh));  // a setter that ran meanwhile wins
+    k = g_cross_entropy.load();
+  }
+  return static_cast<CrossEntropyKernel>(k);
+}
+
+void set_cross_entropy_kernel(CrossEntropyKernel kernel) { g_cross_entropy.store(static_cast<int>(kernel)); }
 
 std::string layer_norm_variant_name(const LayerNormVariant& v) {
   auto rows = [](LayerNormVariant::Rows r) {
