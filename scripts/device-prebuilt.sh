@@ -31,7 +31,10 @@ pack() {
     folder=$(basename "$(dirname "$src")") name=$(basename "$src" .cpp)
     suites+=("${folder}_${name#test_}")
   done
-  cmake --build "$build" -j "$(nproc)" --target "${suites[@]}" dist_worker "${apps[@]}"
+  # ex_cuda (the CUDA example, a gpu test) when the build has the examples, with its working folder.
+  local examples=()
+  [ -d "$build/tests/examples/cuda" ] && examples=(ex_cuda)
+  cmake --build "$build" -j "$(nproc)" --target "${suites[@]}" dist_worker "${apps[@]}" "${examples[@]}"
   mkdir -p "$build/lib" "$pack_dir"
   cp -L "$(gcc -print-file-name=libgomp.so.1)" "$build/lib/"
   local files=()
@@ -39,6 +42,7 @@ pack() {
   for s in "${suites[@]}" dist_worker; do files+=("tests/$s"); done
   for a in "${apps[@]}"; do files+=("apps/$a"); done
   files+=(lib)
+  [ ${#examples[@]} -gt 0 ] && files+=(examples/ex_cuda tests/examples/cuda)
   # One solid xz stream with a large dictionary: the executables share most of their bytes.
   (cd "$build" && tar cf - "${files[@]}") | xz -T1 -9 --lzma2=dict=256MiB > "$pack_dir/build-gpu.tar.xz"
   echo "$root" > "$pack_dir/root"

@@ -20,6 +20,11 @@ GPU, proven or refuted in one device call, each step under its own time limit.
   stage ce-sweep  bench_cuda --sweep --only cross_entropy: each form, contiguous and padded logits
   stage ce-bench  gpt2-124m under each form, PyTorch eager and torch.compile beside it
   stage ce-profile gpt2-124m's step under the fast forms, gpt-1.3b's under the defaults
+  stage ln-tests  the split layer-norm backward (bwd=split) against the CPU, fused add + layer norm
+                  with it, memcheck
+  stage ln-sweep  bench_cuda --sweep --only layer_norm: every variant, the split form among them
+  stage ln-bench  gpt2-124m and gpt-1.3b under the defaults and the split backward, PyTorch beside
+                  gpt2-124m
 
 Then one table, path | tests | loss vs baseline | step ms | ratio | peak GiB | verdict, printed and
 written with every figure as JSON under --out (the device tool brings back at most 8 files: one
@@ -48,7 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALL_LIMIT_S = 600       # one device call
 PLAN_LIMIT_S = 540       # what the expected times of the default stages may add up to (margin)
 STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernels", "confirm",
-          "ce-tests", "ce-sweep", "ce-bench", "ce-profile"]
+          "ce-tests", "ce-sweep", "ce-bench", "ce-profile", "ln-tests", "ln-sweep", "ln-bench"]
 # What one device call runs: the first proves every path and times gpt2-124m; the second (sent at
 # once, while the machine is warm) profiles gpt2-124m's step and times gpt-1.3b. Both together would
 # overrun one call.
@@ -57,7 +62,10 @@ CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"],
          "3": ["suite", "train", "kernels", "confirm"],
          # Call 4 (the cross entropy's forms, Note [Cross-entropy kernels]; GPT's padded logits read in
          # place): prove each, time them, profile what is left; then the whole gpu suite.
-         "4": ["ce-tests", "ce-sweep", "ce-bench", "ce-profile", "suite"]}
+         "4": ["ce-tests", "ce-sweep", "ce-bench", "ce-profile", "suite"],
+         # Call 5 (Note [Split layer-norm backward]; the cross entropy's registers form now the default):
+         # prove the split backward, time it, and the whole gpu suite under the new default.
+         "5": ["ln-tests", "ln-sweep", "ln-bench", "suite"]}
 
 # The paths: environment and flags of train_gpt / bench_gpt that turn each on, over the baseline:
 # every path off, as the defaults were before the first GPU run (2026-11-28) flipped the proven ones
@@ -83,6 +91,9 @@ PATHS["defaults-graph"] = ({}, ["--cuda-graph"])
 CE_FORMS = ["accurate", "fast", "registers"]
 for _f in CE_FORMS:
     PATHS["ce-" + _f] = ({"KILN_CROSS_ENTROPY_KERNEL": _f}, [])
+LN_SPLITS = ["528", "1056"]
+for _b in LN_SPLITS:
+    PATHS["ln-split-" + _b] = ({"KILN_LAYER_NORM_VARIANT": "bwd=split,bwd_blocks=" + _b}, [])
 CALL1_PATHS = ["baseline"] + list(SWITCHES) + ["all"]
 # The paths a 1.3B row runs: each alone would cost a minute apiece.
 BIG_PATHS = ["baseline", "all"]
@@ -208,6 +219,21 @@ def plan():
                           ["--profile", "{work}/trace_ce_%s.json" % f], 60, 15))
     steps.append(kiln("ce-profile", "gpt-1.3b profile defaults", big, "defaults", ["--profile", "{work}/trace_13b.json"],
                       120, 40))
+    # Call 5: the split layer-norm backward.
+    split_env = {"KILN_LAYER_NORM_VARIANT": "bwd=split,bwd_blocks=1056"}
+    for st in (gpu_test("core_cuda_layer_norm", None, 120, 40, lane="ln"),
+               gpu_test("core_cuda_add_layer_norm", None, 60, 10, env=split_env, lane="addln"),
+               gpu_test("core_cuda_add_layer_norm", None, 150, 60, env=split_env, lane="addln", sanitize=True)):
+        st.stage = "ln-tests"
+        steps.append(st)
+    steps.append(Step("ln-sweep", "bench_cuda --sweep --only layer_norm",
+                      ["{build}/apps/bench_cuda", "--sweep", "--only", "layer_norm", "--sweep-json",
+                       "{out}/sweep_ln.json"], 120, 45))
+    for p in ["defaults"] + ["ln-split-" + b for b in LN_SPLITS]:
+        steps.append(kiln("ln-bench", "gpt2-124m " + p, gpt2, p, ["--json", "{work}/bench_124m_%s.json" % p], 60, 10))
+    steps.append(torch("ln-bench", "gpt2-124m PyTorch eager + compile", gpt2, "bench_124m_torch.json", 150, 65))
+    for p in ("defaults", "ln-split-1056"):
+        steps.append(kiln("ln-bench", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 30))
     return steps
 
 

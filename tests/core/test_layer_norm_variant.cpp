@@ -26,6 +26,9 @@ TEST_CASE("a variant's name parses back to it; empty and 'default' are the defau
   CHECK(v.vec_bytes == 8);
   CHECK(v.fwd_rows == LayerNormVariant::Rows::block);
   CHECK(v.bwd_blocks == LayerNormVariant{}.bwd_blocks);
+  CHECK(cuda::parse_layer_norm_variant("bwd=split,bwd_blocks=528").bwd == LayerNormVariant::Backward::split);
+  CHECK(cuda::layer_norm_variant_name(cuda::parse_layer_norm_variant("bwd=split")) ==
+        "vec=16,fwd=warp,bwd_blocks=264,partials=auto,bwd=split");
   // The defaults the first GPU run measured fastest (cuda.h).
   CHECK(LayerNormVariant{}.fwd_rows == LayerNormVariant::Rows::warp);
   CHECK(LayerNormVariant{}.bwd_blocks == 264);
@@ -33,7 +36,7 @@ TEST_CASE("a variant's name parses back to it; empty and 'default' are the defau
 
 TEST_CASE("a bad variant is a ValueError naming the text and the choices") {
   for (const char* bad : {"vec=4", "fwd=grid", "bwd_blocks=0", "bwd_blocks=70000", "bwd_blocks=x", "partials",
-                          "speed=fast", "vec=16,,fwd=warp"}) {
+                          "speed=fast", "vec=16,,fwd=warp", "bwd=both"}) {
     INFO(bad);
     CHECK_THROWS_AS(cuda::parse_layer_norm_variant(bad), ValueError);
     CHECK_ERROR_CONTAINS(cuda::parse_layer_norm_variant(bad), "KILN_LAYER_NORM_VARIANT", bad);

@@ -8,9 +8,21 @@
 // With a residual (Note [Fused residual add], core/ops/layer_norm.h) the forward's first pass reads
 // x and the residual and writes their sum, which the later passes read back (this thread's own
 // writes, at the same columns); the backward adds the sum's gradient into grad_x as it writes it.
-// The vector width, the forward's rows per block and the backward's blocks and partials follow
-// cuda::layer_norm_variant() (Note [Layer norm variants]).
+// The vector width, the forward's rows per block and the backward's form, blocks and partials
+// follow cuda::layer_norm_variant() (Note [Layer norm variants]).
+//
+// Note [Split layer-norm backward]
+// The fused backward above gives a block one row at a time (96 threads for a row of 768 bf16) and
+// walks its run of rows in turn: on an H200, 264 such blocks leave each SM a few warps, and a row of
+// gpt2-124m took 0.13 ms for 75 MB (0.6 TB/s; 3.6 ms of a 49.5 ms step in 25 calls). The split form
+// (bwd=split) writes grad_x with the forward's launch, a warp per row (Note [Row launches]), and
+// computes grad_weight / grad_bias in a second kernel over columns: a block owns 32 column vectors
+// and a run of rows, 8 rows at a time, and adds its rows' g * xhat and g in a fixed order, then the
+// partials of all runs in order as before. It reads g and x twice (once per kernel), and every
+// sum has a fixed order: deterministic, without atomics.
 #include <kiln/core/cuda/kernels/layer_norm.h>
+
+#include <algorithm>
 
 #include <kiln/core/cuda/kernels/softmax.cuh>
 #include <kiln/core/cuda/plan/layer_norm_variant.h>
@@ -195,6 +207,133 @@ __global__ void __launch_bounds__(1024, 1) layer_norm_backward_kernel(T* __restr
   }
 }
 
+// grad_x alone (the split form, Note [Split layer-norm backward]): the fused kernel's two passes
+// over each row, a warp or a block per row as the forward's launch.
+template <class T, class P, int V>
+__global__ void __launch_bounds__(1024, 1) layer_norm_backward_dx_kernel(T* __restrict__ grad_x,          // (rows, n)
+                                                                        const T* __restrict__ grad_res,  // or null
+                                                                        const T* __restrict__ g,         // (rows, n)
+                                                                        const T* __restrict__ x,         // (rows, n)
+                                                                        const dacc_t<T>* __restrict__ mean,
+                                                                        const dacc_t<T>* __restrict__ rstd,
+                                                                        const P* __restrict__ weight,  // (n,) or null
+                                                                        int64_t rows, int64_t n) {
+  using A = dacc_t<T>;
+  __shared__ A scratch[64];
+  const int64_t first = int64_t(threadIdx.x) * V, stride = int64_t(blockDim.x) * V;
+  const int64_t step = int64_t(gridDim.x) * blockDim.y;
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += step) {
+    const A mu = mean[row], rs = rstd[row];
+    const T* gr = g + row * n;
+    const T* xr = x + row * n;
+    A red[2] = {A(0), A(0)};
+    for (int64_t j = first; j < n; j += stride) {
+      A gv[V], xv[V], wv[V];
+      load_pack<V>(gr + j, gv);
+      load_pack<V>(xr + j, xv);
+      if (weight) load_pack<V>(weight + j, wv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A xh = (xv[k] - mu) * rs;
+        const A dn = weight ? gv[k] * wv[k] : gv[k];
+        red[0] += dn;
+        red[1] += dn * xh;
+      }
+    }
+    row_sum<2>(red, scratch);
+    const A a = red[0] / A(n), b = red[1] / A(n);
+    for (int64_t j = first; j < n; j += stride) {
+      A gv[V], xv[V], wv[V];
+      load_pack<V>(gr + j, gv);
+      load_pack<V>(xr + j, xv);
+      if (weight) load_pack<V>(weight + j, wv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A xh = (xv[k] - mu) * rs;
+        const A dn = weight ? gv[k] * wv[k] : gv[k];
+        gv[k] = rs * (dn - a - xh * b);
+      }
+      if (grad_res) {  // rounded to T first, then added, as layer_norm_backward + add would
+        A rv[V];
+        load_pack<V>(grad_res + row * n + j, rv);
+#pragma unroll
+        for (int k = 0; k < V; ++k) gv[k] = static_cast<A>(load_acc(store_as<T>(gv[k]))) + rv[k];
+      }
+      store_pack<V>(grad_x + row * n + j, gv);
+    }
+  }
+}
+
+// Rows a thread of the column kernel handles at once (their loads issued together).
+constexpr int kParamRows = 8;   // blockDim.y
+constexpr int kParamUnroll = 4;
+
+// grad_weight / grad_bias partials (the split form): blockDim (32, kParamRows); block (tile, run)
+// owns columns [tile * 32 V, (tile + 1) * 32 V) and rows [run * rows_per_run, ...). Thread (tx, ty)
+// adds rows ty, ty + kParamRows, ... of the run at its V columns, in that order; the block then adds
+// its kParamRows threads per column in order of ty and writes part[run, column].
+template <class T, int V>
+__global__ void __launch_bounds__(32 * kParamRows) layer_norm_param_grads_kernel(
+    dacc_t<T>* __restrict__ part_w,  // (runs, n) or null
+    dacc_t<T>* __restrict__ part_b,  // (runs, n) or null
+    const T* __restrict__ g, const T* __restrict__ x, const dacc_t<T>* __restrict__ mean,
+    const dacc_t<T>* __restrict__ rstd, int64_t rows, int64_t n, int64_t rows_per_run) {
+  using A = dacc_t<T>;
+  __shared__ A sw[kParamRows][32 * V];
+  __shared__ A sb[kParamRows][32 * V];
+  const int64_t col = (int64_t(blockIdx.x) * 32 + threadIdx.x) * V;
+  const int64_t r0 = int64_t(blockIdx.y) * rows_per_run;
+  const int64_t r1 = r0 + rows_per_run < rows ? r0 + rows_per_run : rows;
+  A aw[V], ab[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) aw[k] = ab[k] = A(0);
+  if (col < n) {  // V divides n (can_vectorize), so a vector is wholly inside or outside
+    const int64_t rstep = int64_t(kParamRows) * kParamUnroll;
+    for (int64_t base = r0 + threadIdx.y; base < r1; base += rstep) {
+      A gv[kParamUnroll][V], xv[kParamUnroll][V], mu[kParamUnroll], rs[kParamUnroll];
+#pragma unroll
+      for (int u = 0; u < kParamUnroll; ++u) {  // every load first
+        const int64_t row = base + int64_t(u) * kParamRows;
+        if (row < r1) {
+          load_pack<V>(g + row * n + col, gv[u]);
+          load_pack<V>(x + row * n + col, xv[u]);
+          mu[u] = mean[row];
+          rs[u] = rstd[row];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kParamUnroll; ++u) {
+        if (base + int64_t(u) * kParamRows < r1) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            aw[k] += gv[u][k] * ((xv[u][k] - mu[u]) * rs[u]);
+            ab[k] += gv[u][k];
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    sw[threadIdx.y][threadIdx.x * V + k] = aw[k];
+    sb[threadIdx.y][threadIdx.x * V + k] = ab[k];
+  }
+  __syncthreads();
+  // Thread (tx, ty) adds the kParamRows values of columns tx + 32 i (i = ty, ty + kParamRows, ...).
+  for (int c = threadIdx.y * 32 + threadIdx.x; c < 32 * V; c += 32 * kParamRows) {
+    const int64_t j = int64_t(blockIdx.x) * 32 * V + c;
+    if (j >= n) continue;
+    A tw = A(0), tb = A(0);
+#pragma unroll
+    for (int r = 0; r < kParamRows; ++r) {
+      tw += sw[r][c];
+      tb += sb[r][c];
+    }
+    if (part_w) part_w[int64_t(blockIdx.y) * n + j] = tw;
+    if (part_b) part_b[int64_t(blockIdx.y) * n + j] = tb;
+  }
+}
+
 // out[j] = sum over blocks b, in order, of part[b, j] (in double).
 template <class A, class O>
 __global__ void sum_partials_kernel(O* __restrict__ out,         // (n,)
@@ -250,6 +389,52 @@ void with_residual(const Tensor& residual, F&& f) {
     if (residual.defined() && residual.dtype() == DType::f16) return f.template operator()<__half>();
   }
   f.template operator()<T>();
+}
+
+// The split form of layer_norm_backward (Note [Split layer-norm backward]); the checks and
+// allocations are the caller's.
+ops::LayerNormGrads split_backward(ops::LayerNormGrads& grads, const LayerNormVariant& variant, const Tensor& x,
+                                   const Tensor& g, const Tensor& gres, const Tensor& mu, const Tensor& rs,
+                                   const Tensor& w, bool same, int64_t rows, int64_t n, int64_t parts, bool want_w,
+                                   bool with_bias, cudaStream_t s) {
+  const char* op = "layer_norm_backward";
+  dispatch_floating_device(x.dtype(), op, [&]<class T>() {
+    using A = dacc_t<T>;
+    with_param<T>(same, [&]<class P>() {
+      with_variant_vec<T>(variant, n, {x.data_ptr(), g.data_ptr(), grads.grad_x.data_ptr(), data_or_null(w),
+                                       data_or_null(gres)}, [&]<int V>() {
+        const RowLaunch rl = layer_norm_forward_launch(variant, rows, n, V);
+        layer_norm_backward_dx_kernel<T, P, V><<<grid_of(rl), block_of(rl), 0, s>>>(
+            ptr<T>(grads.grad_x), gres.defined() ? ptr<const T>(gres) : nullptr, ptr<const T>(g), ptr<const T>(x),
+            ptr<const A>(mu), ptr<const A>(rs), ptr_or_null<P>(w), rows, n);
+      });
+    });
+    KILN_CUDA_CHECK_LAUNCH();
+    if (parts == 0) return;
+    // Partials need V | n only: the column kernel reads g and x, which the front made contiguous.
+    with_variant_vec<T>(variant, n, {x.data_ptr(), g.data_ptr()}, [&]<int V>() {
+      const int64_t tiles = (n + 32 * V - 1) / (32 * V);
+      const RowSplit runs = split_rows(rows, std::max<int64_t>(1, variant.bwd_blocks / tiles));
+      const Tensor partials = empty({parts, runs.blocks, n}, stats_dtype(x.dtype()), x.device());
+      A* part_w = want_w ? ptr<A>(partials) : nullptr;
+      A* part_b = with_bias ? ptr<A>(partials) + (want_w ? runs.blocks * n : 0) : nullptr;
+      layer_norm_param_grads_kernel<T, V><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(runs.blocks)),
+                                            dim3(32, kParamRows), 0, s>>>(part_w, part_b, ptr<const T>(g),
+                                                                          ptr<const T>(x), ptr<const A>(mu),
+                                                                          ptr<const A>(rs), rows, n,
+                                                                          runs.rows_per_block);
+      KILN_CUDA_CHECK_LAUNCH();
+      auto sum_into = [&](Tensor& out, const A* part) {
+        dispatch_floating_device(out.dtype(), op, [&]<class O>() {
+          sum_partials_kernel<A, O><<<blocks_for(n), kThreads, 0, s>>>(ptr<O>(out), part, runs.blocks, n);
+        });
+        KILN_CUDA_CHECK_LAUNCH();
+      };
+      if (want_w) sum_into(grads.grad_weight, part_w);
+      if (with_bias) sum_into(grads.grad_bias, part_b);
+    });
+  });
+  return grads;
 }
 
 }  // namespace
@@ -312,8 +497,10 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad_out, const Tensor& gr
   const bool same = params_in_x_dtype(x, weight, Tensor());
   const Tensor w = param_as(weight, same ? x.dtype() : sdt);
   const LayerNormVariant variant = layer_norm_variant();
-  const RowSplit split = layer_norm_backward_split(variant, rows);
   const int64_t parts = int64_t(want_w) + int64_t(with_bias);
+  if (variant.bwd == LayerNormVariant::Backward::split)
+    return split_backward(grads, variant, x, g, gres, mu, rs, w, same, rows, n, parts, want_w, with_bias, s);
+  const RowSplit split = layer_norm_backward_split(variant, rows);
   const Tensor partials = parts > 0 ? empty({parts, split.blocks, n}, sdt, dev) : Tensor();
 
   dispatch_floating_device(x.dtype(), op, [&]<class T>() {

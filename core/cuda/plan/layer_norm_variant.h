@@ -42,8 +42,8 @@ inline bool layer_norm_partials_in_shared(const LayerNormVariant& v, size_t byte
   return bytes <= max_shared;  // automatic and shared alike: only where they fit
 }
 
-// The forward candidates (vec x fwd) and the backward candidates (vec x bwd_blocks x partials) a
-// sweep times; each list starts with the default.
+// The forward candidates (vec x fwd) and the backward candidates (vec x bwd_blocks x partials, and
+// the split form at several block counts) a sweep times; each list starts with the default.
 inline std::vector<LayerNormVariant> layer_norm_forward_sweep() {
   std::vector<LayerNormVariant> out{LayerNormVariant{}};
   for (int vec : {16, 8, 0})
@@ -69,6 +69,12 @@ inline std::vector<LayerNormVariant> layer_norm_backward_sweep(int sms) {
         v.bwd_partials = parts;
         if (!(v == LayerNormVariant{})) out.push_back(v);
       }
+  for (int64_t blocks : {2 * s, 4 * s, 8 * s, 16 * s}) {  // the split form (its partials are global)
+    LayerNormVariant v;
+    v.bwd = LayerNormVariant::Backward::split;
+    v.bwd_blocks = blocks;
+    out.push_back(v);
+  }
   return out;
 }
 

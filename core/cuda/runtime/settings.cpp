@@ -83,7 +83,7 @@ CrossEntropyKernel cross_entropy_kernel() {
   int k = g_cross_entropy.load();
   if (k < 0) {
     const char* env = std::getenv("KILN_CROSS_ENTROPY_KERNEL");
-    const CrossEntropyKernel fresh = env && *env ? parse_cross_entropy_kernel(env) : CrossEntropyKernel::accurate;
+    const CrossEntropyKernel fresh = env && *env ? parse_cross_entropy_kernel(env) : CrossEntropyKernel::registers;
     g_cross_entropy.compare_exchange_strong(k, static_cast<int>(fresh));  // a setter that ran meanwhile wins
     k = g_cross_entropy.load();
   }
@@ -101,7 +101,7 @@ std::string layer_norm_variant_name(const LayerNormVariant& v) {
   };
   std::ostringstream os;
   os << "vec=" << v.vec_bytes << ",fwd=" << rows(v.fwd_rows) << ",bwd_blocks=" << v.bwd_blocks
-     << ",partials=" << parts(v.bwd_partials);
+     << ",partials=" << parts(v.bwd_partials) << ",bwd=" << (v.bwd == LayerNormVariant::Backward::split ? "split" : "fused");
   return os.str();
 }
 
@@ -111,7 +111,8 @@ LayerNormVariant parse_layer_norm_variant(std::string_view text) {
   const std::string all(text);
   auto bad = [&](std::string_view why) {
     KILN_FAIL_VALUE("KILN_LAYER_NORM_VARIANT '", all, "': ", why, " (expected e.g. vec=16,fwd=auto,bwd_blocks=1024,",
-                    "partials=auto; vec 16|8|0, fwd auto|warp|block, bwd_blocks 1..65535, partials auto|shared|global)");
+                    "partials=auto; vec 16|8|0, fwd auto|warp|block, bwd_blocks 1..65535, partials auto|shared|global, ",
+                    "bwd fused|split)");
   };
   while (!text.empty()) {
     const size_t comma = text.find(',');
@@ -143,6 +144,10 @@ LayerNormVariant parse_layer_norm_variant(std::string_view text) {
       else if (value == "shared") v.bwd_partials = LayerNormVariant::Partials::shared;
       else if (value == "global") v.bwd_partials = LayerNormVariant::Partials::global;
       else bad("partials must be auto, shared or global");
+    } else if (key == "bwd") {
+      if (value == "fused") v.bwd = LayerNormVariant::Backward::fused;
+      else if (value == "split") v.bwd = LayerNormVariant::Backward::split;
+      else bad("bwd must be fused or split");
     } else {
       bad("unknown key '" + std::string(key) + "'");
     }
