@@ -60,18 +60,20 @@ STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernel
 # Call 3 (after the first run flipped the proven defaults, 2026-11-28) checks the flipped defaults.
 CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"],
          "3": ["suite", "train", "kernels", "confirm"],
-         # Call 4 (the cross entropy's forms, Note [Cross-entropy kernels]; GPT's padded logits read in
+         # Call 5 (the cross entropy's forms, Note [Cross-entropy kernels]; GPT's padded logits read in
          # place): prove each, time them, profile what is left; then the whole gpu suite.
-         "4": ["ce-tests", "ce-sweep", "ce-bench", "ce-profile", "suite"],
-         # Call 5 (Note [Split layer-norm backward]; the cross entropy's registers form now the default):
+         "5": ["ce-tests", "ce-sweep", "ce-bench", "ce-profile", "suite"],
+         # Call 6 (Note [Split layer-norm backward]; the cross entropy's registers form now the default):
          # prove the split backward, time it, and the whole gpu suite under the new default.
-         "5": ["ln-tests", "ln-sweep", "ln-bench", "suite"]}
+         "6": ["ln-tests", "ln-sweep", "ln-bench", "suite"]}
 
 # The paths: environment and flags of train_gpt / bench_gpt that turn each on, over the baseline:
 # every path off, as the defaults were before the first GPU run (2026-11-28) flipped the proven ones
-# (cuDNN attention under auto, the fused add + layer norm, the layer-norm launch variant).
+# (cuDNN attention under auto, the fused add + layer norm, the layer-norm launch variant; later the split
+# layer-norm backward and the cross entropy's registers form).
 BASELINE_ENV = {"KILN_ATTENTION": "kiln", "KILN_FUSED_ADD_LN": "0",
-                "KILN_LAYER_NORM_VARIANT": "vec=16,fwd=auto,bwd_blocks=1024,partials=auto"}
+                "KILN_LAYER_NORM_VARIANT": "vec=16,fwd=auto,bwd_blocks=1024,partials=auto,bwd=fused",
+                "KILN_CROSS_ENTROPY_KERNEL": "accurate"}
 SWITCHES = {
     "cuda-graph": ({}, ["--cuda-graph"]),
     "cudnn-attention": ({"KILN_ATTENTION": "cudnn"}, []),
@@ -194,7 +196,7 @@ def plan():
                        150, 70))
     for p in ("defaults", "defaults-graph"):
         steps.append(kiln("confirm", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 25))
-    # Call 4: the cross entropy's forms.
+    # Call 5: the cross entropy's forms.
     steps.append(gpu_test("core_cuda_cross_entropy", None, 150, 40, lane="ce"))
     steps.append(Step("ce-tests", "memcheck core_cuda_cross_entropy (small cases)",
                       ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "1",
@@ -219,7 +221,7 @@ def plan():
                           ["--profile", "{work}/trace_ce_%s.json" % f], 60, 15))
     steps.append(kiln("ce-profile", "gpt-1.3b profile defaults", big, "defaults", ["--profile", "{work}/trace_13b.json"],
                       120, 40))
-    # Call 5: the split layer-norm backward.
+    # Call 6: the split layer-norm backward.
     split_env = {"KILN_LAYER_NORM_VARIANT": "bwd=split,bwd_blocks=1056"}
     for st in (gpu_test("core_cuda_layer_norm", None, 120, 40, lane="ln"),
                gpu_test("core_cuda_add_layer_norm", None, 60, 10, env=split_env, lane="addln"),

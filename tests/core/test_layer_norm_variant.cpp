@@ -32,6 +32,7 @@ TEST_CASE("a variant's name parses back to it; empty and 'default' are the defau
   // The defaults the first GPU run measured fastest (cuda.h).
   CHECK(LayerNormVariant{}.fwd_rows == LayerNormVariant::Rows::warp);
   CHECK(LayerNormVariant{}.bwd_blocks == 264);
+  CHECK(LayerNormVariant{}.bwd == LayerNormVariant::Backward::split);
 }
 
 TEST_CASE("a bad variant is a ValueError naming the text and the choices") {

@@ -30,7 +30,11 @@ constexpr unsigned long long kNoFault = ~0ull;  // -1 as i64
 // - registers: the forward loads the thread's whole share of the row (at most kRegVecs vectors)
 //   into registers at once, reduces the max over the row, then adds exp2f((x - max) log2 e) with no
 //   chain between elements; rows too long for that take fast. The backward as fast.
-// Every form adds a row's terms in its own order, so results differ by rounding only.
+// Every form adds a row's terms in its own order, so results differ by rounding only. On an H200
+// (2026-11-28, bench_cuda --sweep) the (16384, 50257) bf16 forward took 1.81 ms accurate, 1.59 fast,
+// 1.10 registers, the backward 1.23 / 1.21 / 1.21: the chain, not the loads, held the forward, and
+// registers is the default. kRegVecs = 7 covers GPT-2's rows with 1024 threads without spilling
+// (8 spilled 424 bytes a thread).
 constexpr int kUnroll = 4;
 constexpr int kRegVecs = 7;
 

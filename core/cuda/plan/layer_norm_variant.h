@@ -67,13 +67,14 @@ inline std::vector<LayerNormVariant> layer_norm_backward_sweep(int sms) {
         v.vec_bytes = vec;
         v.bwd_blocks = blocks;
         v.bwd_partials = parts;
+        v.bwd = LayerNormVariant::Backward::fused;
         if (!(v == LayerNormVariant{})) out.push_back(v);
       }
-  for (int64_t blocks : {2 * s, 4 * s, 8 * s, 16 * s}) {  // the split form (its partials are global)
+  for (int64_t blocks : {s, 2 * s, 4 * s, 8 * s}) {  // the split form (its partials are global)
     LayerNormVariant v;
     v.bwd = LayerNormVariant::Backward::split;
     v.bwd_blocks = blocks;
-    out.push_back(v);
+    if (!(v == LayerNormVariant{})) out.push_back(v);
   }
   return out;
 }
