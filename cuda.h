@@ -70,7 +70,8 @@ const char* attention_backend_name(AttentionBackend backend);  ///< "auto", "cud
 /// an online max and sum, libm-accurate expf (the first form). fast: the same pass with exp2f of
 /// x * log2(e) (within 2 ulp plus the product's rounding), and a backward that issues four loads
 /// before it computes. registers: a forward that holds the row in registers (rows up to 57,344
-/// 16-bit or 28,672 f32 values; longer ones take fast), finds the max, then adds exp(x - max)
+/// 16-bit, 28,672 f32 or 14,336 f64 values, and f32 rows of 897-1024 and f64 rows of 449-1024 values
+/// take fast too), finds the max, then adds exp(x - max)
 /// without a dependency from one element to the next; the backward as fast. f64 logits use exp in
 /// every form. The results differ between forms by rounding only; the GPU test compares each with
 /// the CPU. CPU cross entropy ignores the switch. registers is the default since its first GPU run

@@ -38,7 +38,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                    "cross_entropy: logits must be (..., C) with C >= 1, got shape ", logits.shape());
   const double ls = options.label_smoothing_;
   KILN_CHECK_VALUE(ls >= 0.0 && ls <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ", ls);
-  const int64_t width = logits.size(-1), c = options.classes_ < 0 ? width : options.classes_;
+  const int64_t width = logits.size(-1), c = options.classes_ == -1 ? width : options.classes_;
   KILN_CHECK_VALUE(c >= 1 && c <= width, "cross_entropy: classes (", options.classes_,
                    ") must be in [1, the logits' last dimension = ", width, "]");
   const Shape lead(logits.shape().begin(), logits.shape().end() - 1);

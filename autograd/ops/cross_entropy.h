@@ -14,7 +14,7 @@ struct CrossEntropyOptions {
   int64_t ignore_index_ = -100;
   double label_smoothing_ = 0.0;
   Reduction reduction_ = Reduction::mean;
-  int64_t classes_ = -1;  ///< -1: every column is a class
+  int64_t classes_ = -1;  ///< -1: every column is a class; otherwise 1 .. the logits' last dimension
   CrossEntropyOptions& ignore_index(int64_t v) { ignore_index_ = v; return *this; }
   CrossEntropyOptions& label_smoothing(double v) { label_smoothing_ = v; return *this; }
   CrossEntropyOptions& reduction(Reduction r) { reduction_ = r; return *this; }

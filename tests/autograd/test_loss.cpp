@@ -142,6 +142,8 @@ TEST_CASE("cross_entropy: classes takes the first columns as the slice would, pa
                        "classes (6)", "5");
   CHECK_ERROR_CONTAINS(cross_entropy(x, ids({0, 4, 2}), CrossEntropyOptions().classes(3)), "target 4", "row 1",
                        "3 classes");
+  CHECK_ERROR_CONTAINS(cross_entropy(x, ids({0, 1, 2}), CrossEntropyOptions().classes(-5)), "classes (-5)");
+  CHECK_ERROR_CONTAINS(cross_entropy(x, ids({0, 1, 2}), CrossEntropyOptions().classes(0)), "classes (0)");
 }
 
 TEST_CASE("cross_entropy: bad targets, shapes and dtypes are errors") {

@@ -88,7 +88,8 @@ TEST_CASE("CUDA cross_entropy ops match the CPU for every row length, dtype and 
     CAPTURE(cuda::cross_entropy_kernel_name(form));
     FormGuard guard(form);
     for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
-      for (int64_t c : {1, 7, 32, 1000, 1025, 4096, 50257, 70001})  // 70001: past the registers form's rows
+      // 70001: past the registers form's 16-bit rows (f32 from 28,673, f64 from 14,337 values)
+      for (int64_t c : {1, 7, 32, 1000, 1025, 4096, 50257, 70001})
         for (double ls : {0.0, 0.1}) check_ops(c > 4096 ? 4 : 29, c, dt, ls > 0 ? DType::i32 : DType::i64, ls, false);
   }
 }
@@ -167,6 +168,41 @@ TEST_CASE("CUDA cross_entropy ops: special values and ignored rows") {
   }
 }
 
+TEST_CASE("CUDA cross_entropy ops: special values in a row's head, body and tail, every form, f32 and bf16") {
+  test::require_cuda();
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t n = 8, c = 1031;  // a block per row; rows start at every offset from a 16-byte boundary
+  std::vector<double> v = test::values(test::random({n * c + 1}, DType::f64, 51, -3, 3));
+  auto at = [&](int64_t r, int64_t j) -> double& { return v[size_t(1 + r * c + j)]; };
+  at(0, 500) = NAN;                             // NaN in the body
+  at(1, 600) = inf;                             // +inf: lse NaN, as the CPU's exp(inf - inf)
+  at(2, 0) = -inf;                              // -inf in the head (or the first vector) and the body
+  at(2, 700) = -inf;
+  for (int64_t j = 0; j < c; ++j) at(3, j) = -inf;  // a row of -inf
+  at(4, c - 1) = NAN;                           // NaN as the last element (the tail where there is one)
+  at(5, 0) = inf;                               // +inf as the first element
+  at(6, c - 1) = 40;                            // a large max at the end
+  Tensor t = ids({3, 5, 1, 2, 9, 10, 0, c - 1});
+  for (cuda::CrossEntropyKernel form : kForms)
+    for (DType dt : {DType::f32, DType::bf16}) {
+      CAPTURE(cuda::cross_entropy_kernel_name(form));
+      CAPTURE(dt);
+      FormGuard guard(form);
+      Tensor whole = from_vector(v, {n * c + 1}).to(dt);
+      Tensor x = whole.narrow(0, 1, n * c).view({n, c});
+      Tensor xg = whole.to(Device::cuda()).narrow(0, 1, n * c).view({n, c});
+      ops::CrossEntropyResult want = ops::cross_entropy_forward(x, t, -100, 0.1);
+      ops::CrossEntropyResult got = ops::cross_entropy_forward(xg, t.to(Device::cuda()), -100, 0.1);
+      test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "loss");
+      test::check_cuda_matches(got.lse, want.lse, 1e-5, 1e-5, "lse");
+      Tensor g = ones({n}, DType::f32);
+      Tensor d_want = ops::cross_entropy_backward(g, x, t, want.lse, -100, 0.1);
+      Tensor d_got = ops::cross_entropy_backward(g.to(Device::cuda()), xg, t.to(Device::cuda()),
+                                                 want.lse.to(Device::cuda()), -100, 0.1);
+      test::check_cuda_matches(d_got, d_want, test::cuda_rtol(dt), 1e-4, "dlogits");
+    }
+}
+
 TEST_CASE("CUDA cross_entropy: the first C columns of padded rows read in place, the gradient padded with zeros") {
   test::require_cuda();
   // GPT-2's vocabulary padded as GPT pads it (16-byte aligned rows), and an odd padding (rows at
@@ -200,6 +236,25 @@ TEST_CASE("CUDA cross_entropy: the first C columns of padded rows read in place,
       lb.backward();
       test::check_cuda_matches(b.grad(), a.grad(), test::cuda_rtol(DType::bf16), 1e-4, "autograd grad");
     }
+  // f32 rows padded by an odd count (row heads of 4, 8 and 12 bytes), the gradient written element by
+  // element, and a target among the padded columns: out of range for `classes`.
+  Tensor wide = test::random({9, 1030}, DType::f32, 52, -5, 5);
+  Tensor t = ids(make_targets(9, 1025, -100, 53));
+  ops::CrossEntropyResult want = ops::cross_entropy_forward(wide.narrow(1, 0, 1025), t, -100, 0.0);
+  Tensor wg = wide.to(Device::cuda());
+  ops::CrossEntropyResult got = ops::cross_entropy_forward(wg.narrow(1, 0, 1025), t.to(Device::cuda()), -100, 0.0);
+  test::check_cuda_matches(got.loss, want.loss, 1e-5, 1e-5, "f32 padded loss");
+  Tensor g = test::random({9}, DType::f32, 54, 0.5, 2);
+  Tensor d_want = ops::cross_entropy_backward(g, wide.narrow(1, 0, 1025), t, want.lse, -100, 0.0, 1.0, {}, 1030);
+  Tensor d_got = ops::cross_entropy_backward(g.to(Device::cuda()), wg.narrow(1, 0, 1025), t.to(Device::cuda()),
+                                             want.lse.to(Device::cuda()), -100, 0.0, 1.0, {}, 1030);
+  test::check_cuda_matches(d_got, d_want, test::cuda_rtol(DType::f32), 1e-7, "f32 padded dlogits");
+  Tensor bad = ids({0, 1, 1027, 2, 3, 4, 5, 6, 7}).to(Device::cuda());
+  const cuda::CheckMode mode = cuda::check_mode();
+  cuda::set_check_mode(cuda::CheckMode::immediate);
+  CHECK_ERROR_CONTAINS(cross_entropy(wg, bad, CrossEntropyOptions().classes(1025)), "target 1027", "row 2",
+                       "1025 classes");
+  cuda::set_check_mode(mode);
 }
 
 TEST_CASE("CUDA cross_entropy: an out-of-range target names its value and row, immediately or deferred") {

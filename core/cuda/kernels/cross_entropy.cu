@@ -76,8 +76,6 @@ __device__ __forceinline__ int64_t row_head(const T* row, int64_t c) {
   }
 }
 
-// status[0] counts the rows whose target is not ignore_index; status[1] becomes the first row whose
-// target is neither ignore_index nor in [0, c) (kNoFault when none), status[2] is set after.
 // The per-row result both forward kernels write from thread 0: the loss from lse and the sum of the
 // row's logits (label smoothing), and the counted row.
 template <class T, class A>
@@ -91,6 +89,8 @@ __device__ __forceinline__ void finish_row(A* loss, A* lse, unsigned long long* 
   atomicAdd(&status[0], 1ull);
 }
 
+// status[0] counts the rows whose target is not ignore_index; status[1] becomes the first row whose
+// target is neither ignore_index nor in [0, c) (kNoFault when none), status[2] is set after.
 // Rows whose target is ignored or out of range: a zero loss and lse, and an out-of-range one
 // recorded. True when the row is done (the same for every thread of the row).
 template <class A>
@@ -196,7 +196,10 @@ __device__ __forceinline__ A pack_max(const Pack<T, V>& p, A m) {
 // The registers form (Note [Cross-entropy kernels]): each thread's vectors of the row, at most
 // kRegVecs, are loaded at once and kept; the launch checks that the row fits. A row's max is m, its
 // sum of exp(x - m) is s; as MaxSum, a value equal to m adds exactly 1 (an all -inf row gives
-// lse -inf), a +inf max gives NaN, and a NaN anywhere makes s NaN.
+// lse -inf), a +inf max gives NaN, and a NaN anywhere makes s NaN (a NaN in a thread's head or tail
+// element may become that thread's m, so the threads' m can differ on such a row: its lse is NaN
+// whatever m each thread used). Rows are at most kRegVecs vectors a thread: 7 * 32 vectors under a
+// warp per row (rows up to 1024 values), 7 * 1024 under a block per row.
 template <class T, class I, int V>
 __global__ void __launch_bounds__(1024, 1)
     cross_entropy_forward_registers_kernel(dacc_t<T>* __restrict__ loss,             // (rows,)

@@ -70,7 +70,8 @@ inline bool can_vectorize(int64_t n, int vec, std::initializer_list<const void*>
 
 // The layer-norm backward splits rows into `blocks` runs of `rows_per_block` consecutive rows (the
 // last may be shorter); each run sums its own grad_weight / grad_bias partials. Depends only on
-// the shape, so the summation order (and the result) is the same on every run.
+// its arguments (the shape, a constant block count and, in the split backward, the column tiles
+// of the vector width in use), so the summation order (and the result) is the same on every run.
 struct RowSplit {
   int64_t rows_per_block = 1;
   int64_t blocks = 0;
