@@ -68,7 +68,10 @@ Result bench_gemm(int64_t n) {
   return {"gemm bf16 " + std::to_string(n) + "^3", "TFLOP/s", 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12, ms};
 }
 
-Result bench_attention(int64_t B, int64_t H, int64_t T, int64_t D) {
+// Causal attention at (B, H, T, D), forward and backward through autograd, or the forward alone
+// (inputs requiring grad, so it saves the log-sum-exp as a training step's does). The name carries
+// the shape unless it is gpt-1.3b's, the case's first form.
+Result bench_attention(int64_t B, int64_t H, int64_t T, int64_t D, bool with_backward) {
   auto leaf = [&](uint64_t seed) {
     Tensor t = gpu_randn({B, H, T, D}, DType::bf16, seed);
     t.requires_grad_();
@@ -78,11 +81,14 @@ Result bench_attention(int64_t B, int64_t H, int64_t T, int64_t D) {
   Tensor grad = gpu_randn({B, H, T, D}, DType::bf16, 6);
   double ms = median_ms([&] {
     Tensor o = scaled_dot_product_attention(q, k, v, /*causal=*/true);
-    o.backward(grad);
+    if (with_backward) o.backward(grad);
   });
   // Causal: half of the 4*B*H*T*T*D forward FLOPs, and backward = 2.5x forward (FA2's count).
-  double flops = 3.5 * 4.0 * double(B) * H * T * T * D / 2.0;
-  return {"attention causal fwd+bwd bf16", "TFLOP/s", flops / (ms * 1e-3) / 1e12, ms};
+  double flops = (with_backward ? 3.5 : 1.0) * 4.0 * double(B) * H * T * T * D / 2.0;
+  std::string name = std::string("attention causal ") + (with_backward ? "fwd+bwd" : "fwd") + " bf16";
+  if (B != 8 || H != 16 || T != 2048 || D != 128)
+    name += " B" + std::to_string(B) + " H" + std::to_string(H) + " T" + std::to_string(T) + " D" + std::to_string(D);
+  return {name, "TFLOP/s", flops / (ms * 1e-3) / 1e12, ms};
 }
 
 Result bench_layer_norm(int64_t rows, int64_t C) {
@@ -164,7 +170,12 @@ int main(int argc, char** argv) {
       results.push_back(bench_gemm(4096));
       results.push_back(bench_gemm(8192));
     }
-    if (want("attention")) results.push_back(bench_attention(8, 16, 2048, 128));
+    if (want("attention")) {
+      results.push_back(bench_attention(8, 16, 2048, 128, true));
+      results.push_back(bench_attention(8, 16, 2048, 128, false));
+      results.push_back(bench_attention(16, 12, 1024, 64, true));
+      results.push_back(bench_attention(16, 12, 1024, 64, false));
+    }
     if (want("layer_norm")) results.push_back(bench_layer_norm(8 * 1024, 1600));
     if (want("cross_entropy")) results.push_back(bench_cross_entropy(8 * 1024, 50257));
     if (want("adamw")) results.push_back(bench_adamw(adamw_params));

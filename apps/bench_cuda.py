@@ -33,16 +33,21 @@ def gemm(n):
     return "gemm bf16 %d^3" % n, 2.0 * n ** 3 / (ms * 1e-3) / 1e12
 
 
-def attention(B, H, T, D):
+def attention(B, H, T, D, with_backward=True):
     q, k, v = (torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     g = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)
 
     def step():
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        o.backward(g)
+        if with_backward:
+            o.backward(g)
 
     ms = median_ms(step)
-    return "attention causal fwd+bwd bf16", 3.5 * 4.0 * B * H * T * T * D / 2.0 / (ms * 1e-3) / 1e12
+    name = "attention causal %s bf16" % ("fwd+bwd" if with_backward else "fwd")
+    if (B, H, T, D) != (8, 16, 2048, 128):
+        name += " B%d H%d T%d D%d" % (B, H, T, D)
+    flops = (3.5 if with_backward else 1.0) * 4.0 * B * H * T * T * D / 2.0
+    return name, flops / (ms * 1e-3) / 1e12
 
 
 def layer_norm(rows, C):
@@ -93,7 +98,8 @@ def main():
     if want("gemm"):
         cases += [lambda: gemm(4096), lambda: gemm(8192)]
     if want("attention"):
-        cases.append(lambda: attention(8, 16, 2048, 128))
+        cases += [lambda: attention(8, 16, 2048, 128), lambda: attention(8, 16, 2048, 128, False),
+                  lambda: attention(16, 12, 1024, 64), lambda: attention(16, 12, 1024, 64, False)]
     if want("layer_norm"):
         cases.append(lambda: layer_norm(8 * 1024, 1600))
     if want("cross_entropy"):

@@ -25,6 +25,12 @@ GPU, proven or refuted in one device call, each step under its own time limit.
   stage ln-sweep  bench_cuda --sweep --only layer_norm: every variant, the split form among them
   stage ln-bench  gpt2-124m and gpt-1.3b under the defaults and the split backward, PyTorch beside
                   gpt2-124m
+  stage check     every gpu test (ctest -L gpu) beside memcheck on the cross entropy's small cases
+  stage sdpa-sweep  bench_cuda --sweep --only attention: each cuDNN engine config, forward and
+                  backward apart, contiguous and GPT's layout (Note [cuDNN SDPA engine choice])
+  stage sdpa-kernels  bench_cuda --only attention: forward and fwd+bwd at both GPT shapes vs SDPA
+  stage sdpa-bench  gpt2-124m and gpt-1.3b under each engine choice (KILN_CUDNN_SDPA_ENGINE)
+  stage sdpa-knobs  the attention sweep again with each engine's knob values (KILN_SWEEP_SDPA_KNOBS)
 
 Then one table, path | tests | loss vs baseline | step ms | ratio | peak GiB | verdict, printed and
 written with every figure as JSON under --out (the device tool brings back at most 8 files: one
@@ -53,7 +59,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALL_LIMIT_S = 600       # one device call
 PLAN_LIMIT_S = 540       # what the expected times of the default stages may add up to (margin)
 STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernels", "confirm",
-          "ce-tests", "ce-sweep", "ce-bench", "ce-profile", "ln-tests", "ln-sweep", "ln-bench"]
+          "ce-tests", "ce-sweep", "ce-bench", "ce-profile", "ln-tests", "ln-sweep", "ln-bench",
+          "check", "sdpa-sweep", "sdpa-kernels", "sdpa-bench", "sdpa-knobs"]
 # What one device call runs: the first proves every path and times gpt2-124m; the second (sent at
 # once, while the machine is warm) profiles gpt2-124m's step and times gpt-1.3b. Both together would
 # overrun one call.
@@ -65,7 +72,12 @@ CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"],
          "5": ["ce-tests", "ce-sweep", "ce-bench", "ce-profile", "suite"],
          # Call 6 (Note [Split layer-norm backward]; the cross entropy's registers form now the default):
          # prove the split backward, time it, and the whole gpu suite under the new default.
-         "6": ["ln-tests", "ln-sweep", "ln-bench", "suite"]}
+         "6": ["ln-tests", "ln-sweep", "ln-bench", "suite"],
+         # Call 7 (cuDNN attention at 0.78x PyTorch's SDPA, the same library): the gpu suite with the
+         # cross entropy's new cases, then each engine config timed apart and in both GPT steps.
+         "7": ["check", "sdpa-sweep", "sdpa-kernels", "sdpa-bench"],
+         # Call 8, at once after 7: each engine's knob values (NVRTC compiles each: minutes).
+         "8": ["sdpa-knobs"]}
 
 # The paths: environment and flags of train_gpt / bench_gpt that turn each on, over the baseline:
 # every path off, as the defaults were before the first GPU run (2026-11-28) flipped the proven ones
@@ -96,6 +108,9 @@ for _f in CE_FORMS:
 LN_SPLITS = ["528", "1056"]
 for _b in LN_SPLITS:
     PATHS["ln-split-" + _b] = ({"KILN_LAYER_NORM_VARIANT": "bwd=split,bwd_blocks=" + _b}, [])
+SDPA_CHOICES = {"sdpa-fwd1": "fwd=1", "sdpa-bwd1": "bwd=1", "sdpa-fwd1-bwd1": "fwd=1,bwd=1"}
+for _p, _c in SDPA_CHOICES.items():
+    PATHS[_p] = ({"KILN_CUDNN_SDPA_ENGINE": _c}, [])
 CALL1_PATHS = ["baseline"] + list(SWITCHES) + ["all"]
 # The paths a 1.3B row runs: each alone would cost a minute apiece.
 BIG_PATHS = ["baseline", "all"]
@@ -236,6 +251,25 @@ def plan():
     steps.append(torch("ln-bench", "gpt2-124m PyTorch eager + compile", gpt2, "bench_124m_torch.json", 150, 65))
     for p in ("defaults", "ln-split-1056"):
         steps.append(kiln("ln-bench", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 30))
+    # Call 7: cuDNN attention's engine configs (Note [cuDNN SDPA engine choice]).
+    steps.append(Step("check", "ctest -L gpu", ["ctest", "--test-dir", "{build}", "-L", "gpu", "-j", "3", "--timeout",
+                                                "150", "--output-on-failure"], 240, 100, lane="suite"))
+    steps.append(Step("check", "memcheck core_cuda_cross_entropy (small cases)",
+                      ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "1",
+                       "{build}/tests/core_cuda_cross_entropy", "-tce=*GPT-2-sized*"], 150, 90,
+                      lane="memcheck", optional_tool="compute-sanitizer"))
+    steps.append(Step("sdpa-sweep", "bench_cuda --sweep --only attention",
+                      ["{build}/apps/bench_cuda", "--sweep", "--only", "attention", "--sweep-json",
+                       "{out}/sweep_sdpa.json"], 120, 50))
+    steps.append(Step("sdpa-kernels", "bench_cuda attention vs PyTorch",
+                      ["{build}/apps/bench_cuda", "--only", "attention", "--python", "{python}"], 90, 40))
+    for p in ["defaults"] + list(SDPA_CHOICES):
+        steps.append(kiln("sdpa-bench", "gpt2-124m " + p, gpt2, p, ["--json", "{work}/bench_124m_%s.json" % p], 60, 10))
+    for p in ["defaults"] + list(SDPA_CHOICES):
+        steps.append(kiln("sdpa-bench", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 30))
+    steps.append(Step("sdpa-knobs", "bench_cuda --sweep --only attention, knob values",
+                      ["{build}/apps/bench_cuda", "--sweep", "--only", "attention", "--sweep-json",
+                       "{out}/sweep_sdpa_knobs.json"], 280, 200, {"KILN_SWEEP_SDPA_KNOBS": "1"}))
     return steps
 
 

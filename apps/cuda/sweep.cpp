@@ -7,13 +7,16 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <vector>
 
+#include <kiln/core/cuda/kernels/attention_cudnn.h>
 #include <kiln/core/cuda/plan/layer_norm_variant.h>
 #include <kiln/core/ops/cross_entropy.h>
 #include <kiln/core/ops/layer_norm.h>
@@ -27,6 +30,7 @@ struct Row {
   std::string candidate, shape;
   double ms = std::numeric_limits<double>::quiet_NaN();  // NaN: failed
   std::string error;
+  std::string group;  // set where the name's last word is not the variant (group_of)
 };
 
 Row timed(const std::string& candidate, const std::string& shape, const TimeFn& time_ms,
@@ -83,6 +87,86 @@ void sweep_attention(std::vector<Row>& rows, const TimeFn& time_ms) {
     }
   }
   cuda::set_attention_backend(before);
+}
+
+// cuDNN's attention forward and backward timed apart, once per engine config its heuristics offer
+// (Note [cuDNN SDPA engine choice]), on contiguous (B, H, T, D) inputs and on GPT's layout (q, k, v
+// sliced from the (B, T, 3C) qkv projection, dout in the (B, T, H, D) storage of the output). With
+// KILN_SWEEP_SDPA_KNOBS=1 also each engine's knob values on gpt-1.3b's case (each one compiled by
+// NVRTC when its plan is built: minutes). Rows print as they finish, so a step cut short by its
+// time limit still shows what it measured.
+void sweep_attention_engines(std::vector<Row>& rows, const TimeFn& time_ms) {
+  const char* knobs_env = std::getenv("KILN_SWEEP_SDPA_KNOBS");
+  const bool sweep_knobs = knobs_env && std::string(knobs_env) == "1";
+  auto progress = [](const Row& r) {
+    if (r.ms == r.ms)
+      std::printf("  %-90s %-22s %9.3f ms\n", r.candidate.c_str(), r.shape.c_str(), r.ms);
+    else
+      std::printf("  %-90s %-22s failed: %.160s\n", r.candidate.c_str(), r.shape.c_str(), r.error.c_str());
+    std::fflush(stdout);
+  };
+  const int64_t before_fwd = cuda::attention_cudnn_engine_choice(false);
+  const int64_t before_bwd = cuda::attention_cudnn_engine_choice(true);
+  for (auto [B, H, T, D] : {std::array<int64_t, 4>{8, 16, 2048, 128}, {16, 12, 1024, 64}}) {
+    for (bool gpt : {false, true}) {
+      const std::string shape = "B" + std::to_string(B) + " H" + std::to_string(H) + " T" + std::to_string(T) + " D" +
+                                std::to_string(D) + (gpt ? " qkv" : " bhtd");
+      Tensor q, k, v, dout;
+      if (gpt) {
+        const Tensor qkv = gpu_randn({B, T, 3, H, D}, DType::bf16, 5);
+        q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2), v = qkv.select(2, 2).transpose(1, 2);
+        dout = gpu_randn({B, T, H, D}, DType::bf16, 8).transpose(1, 2);
+      } else {
+        q = gpu_randn({B, H, T, D}, DType::bf16, 5), k = gpu_randn({B, H, T, D}, DType::bf16, 6);
+        v = gpu_randn({B, H, T, D}, DType::bf16, 7), dout = gpu_randn({B, H, T, D}, DType::bf16, 8);
+      }
+      const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+      const auto fail = cuda::CudnnMiss::fail;
+      cuda::set_attention_cudnn_engine_choice(false, -1);
+      cuda::set_attention_cudnn_engine_choice(true, -1);
+      std::optional<cuda::FlashAttentionForward> f;
+      Row def = timed("attention fwd cudnn default", shape, time_ms,
+                      [&] { f = cuda::attention_cudnn_forward(q, k, v, true, scale, fail); });
+      def.candidate += " = " + cuda::attention_cudnn_last_engine(false);
+      def.group = "attention fwd cudnn";
+      rows.push_back(def);
+      progress(rows.back());
+      if (!f) continue;
+      def = timed("attention bwd cudnn default", shape, time_ms, [&] {
+        (void)cuda::attention_cudnn_backward(dout, q, k, v, f->out, f->lse, true, scale, true, true, fail);
+      });
+      def.candidate += " = " + cuda::attention_cudnn_last_engine(true);
+      def.group = "attention bwd cudnn";
+      rows.push_back(def);
+      progress(rows.back());
+      for (bool backward : {false, true}) {
+        std::vector<std::string> labels;
+        try {
+          labels = cuda::attention_cudnn_engine_candidates(q, k, v, dout, true, backward, sweep_knobs && gpt && D == 128);
+        } catch (const std::exception& e) {
+          rows.push_back(Row{std::string("attention ") + (backward ? "bwd" : "fwd") + " cudnn candidates", shape,
+                             std::numeric_limits<double>::quiet_NaN(), e.what()});
+          continue;
+        }
+        for (size_t i = 0; i < labels.size(); ++i) {
+          cuda::set_attention_cudnn_engine_choice(backward, static_cast<int64_t>(i));
+          const std::string name = std::string("attention ") + (backward ? "bwd" : "fwd") + " cudnn #" +
+                                   std::to_string(i) + " " + labels[i];
+          rows.push_back(timed(name, shape, time_ms, [&] {
+            if (backward)
+              (void)cuda::attention_cudnn_backward(dout, q, k, v, f->out, f->lse, true, scale, true, true, fail);
+            else
+              (void)cuda::attention_cudnn_forward(q, k, v, true, scale, fail);
+          }));
+          rows.back().group = std::string("attention ") + (backward ? "bwd" : "fwd") + " cudnn";
+          progress(rows.back());
+        }
+        cuda::set_attention_cudnn_engine_choice(backward, -1);
+      }
+    }
+  }
+  cuda::set_attention_cudnn_engine_choice(false, before_fwd);
+  cuda::set_attention_cudnn_engine_choice(true, before_bwd);
 }
 
 // A GPT MLP (c_fc, GELU, c_proj) forward + backward under bf16 autocast, composed and through
@@ -161,6 +245,7 @@ void sweep_cross_entropy(std::vector<Row>& rows, const TimeFn& time_ms) {
 
 // The candidate's group: its name up to the variant ("layer_norm fwd", "attention fwd+bwd", ...).
 std::string group_of(const Row& r) {
+  if (!r.group.empty()) return r.group + " | " + r.shape;
   const size_t cut = r.candidate.rfind(' ');
   return r.candidate.substr(0, cut) + " | " + r.shape;
 }
@@ -172,6 +257,7 @@ int run_sweep(const SweepOptions& options, const TimeFn& time_ms) {
   auto want = [&](const char* name) { return options.only.empty() || options.only == name; };
   if (want("layer_norm")) sweep_layer_norm(rows, time_ms);
   if (want("attention")) sweep_attention(rows, time_ms);
+  if (want("attention")) sweep_attention_engines(rows, time_ms);
   if (want("epilogue")) sweep_epilogue(rows, time_ms);
   if (want("add_layer_norm")) sweep_add_layer_norm(rows, time_ms);
   if (want("cross_entropy")) sweep_cross_entropy(rows, time_ms);

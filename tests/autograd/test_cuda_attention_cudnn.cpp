@@ -133,6 +133,53 @@ TEST_CASE("cuDNN attention: the GPT's qkv split and a (B, T, H, D) dout, through
   }
 }
 
+// Note [cuDNN SDPA engine choice]: each config the heuristics offer, forced for both passes in
+// turn, gives the CPU path's results; an index past the list is an error naming the candidates.
+TEST_CASE("cuDNN attention: every engine candidate, chosen by index, matches the CPU path") {
+  test::require_cuda();
+  AttentionScope scope(cuda::AttentionBackend::cudnn);
+  struct ChoiceScope {
+    int64_t fwd = cuda::attention_cudnn_engine_choice(false), bwd = cuda::attention_cudnn_engine_choice(true);
+    ~ChoiceScope() {
+      cuda::set_attention_cudnn_engine_choice(false, fwd);
+      cuda::set_attention_cudnn_engine_choice(true, bwd);
+    }
+  } restore;
+  const int64_t b = 1, h = 2, t = 300;
+  for (int64_t d : {64, 128}) {
+    Inputs in = make_inputs(b, h, t, d, DType::bf16, 900 + d);
+    const Result ref = run(in, true, Device::cpu(), DType::f32);
+    const Tensor q = in.q.to(Device::cuda()), k = in.k.to(Device::cuda()), v = in.v.to(Device::cuda());
+    const Tensor go = in.go.to(Device::cuda());
+    for (bool backward : {false, true}) {
+      const std::vector<std::string> labels =
+          cuda::attention_cudnn_engine_candidates(q, k, v, go, true, backward, /*with_knobs=*/false);
+      REQUIRE_FALSE(labels.empty());
+      for (size_t i = 0; i < labels.size(); ++i) {
+        const std::string what = std::string(backward ? "bwd" : "fwd") + " D" + std::to_string(d) + " candidate " +
+                                 std::to_string(i) + ": " + labels[i];
+        CAPTURE(what);
+        MESSAGE(what);
+        cuda::set_attention_cudnn_engine_choice(backward, static_cast<int64_t>(i));
+        check_result(run(in, true, Device::cuda(), DType::bf16), ref, rtol_for(DType::bf16), what);
+        CHECK(cuda::attention_cudnn_last_engine(backward) == labels[i]);
+      }
+      cuda::set_attention_cudnn_engine_choice(backward, static_cast<int64_t>(labels.size()) + 500);
+      try {
+        (void)cuda::attention_cudnn_forward(q, k, v, true, 1.0 / std::sqrt(double(d)), cuda::CudnnMiss::fail);
+        if (backward) {
+          Tensor out = scaled_dot_product_attention(leaf(q), leaf(k), leaf(v), true);
+          out.backward(go);
+        }
+        FAIL("candidate ", labels.size() + 500, " of ", labels.size(), " ran");
+      } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("KILN_CUDNN_SDPA_ENGINE asks for candidate") != std::string::npos);
+      }
+      cuda::set_attention_cudnn_engine_choice(backward, -1);
+    }
+  }
+}
+
 TEST_CASE("cuDNN attention: an expanded dout (out.sum()) is copied for cuDNN, not handed over with 0 strides") {
   test::require_cuda();
   AttentionScope scope(cuda::AttentionBackend::cudnn);

@@ -9,6 +9,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -138,6 +139,45 @@ TEST_CASE("cuDNN SDPA: the GPT's shapes on the qkv split have engines (deviceles
     CHECK_FALSE(engines("fwd", build_sdpa_forward_graph(s, nullptr), what).empty());
     CHECK_FALSE(engines("bwd", build_sdpa_backward_graph(s, nullptr), what).empty());
   }
+}
+
+// Note [cuDNN SDPA engine choice]: the candidates a sweep times are mode A's configs first, in
+// their order, then what modes B and FALLBACK add, each engine + knob set once.
+TEST_CASE("cuDNN SDPA: the engine candidates start with mode A's, without repeats (deviceless)") {
+  require_deviceless_cudnn();
+#if CUDNN_VERSION >= 90800
+  for (int64_t d : {128, 64})
+  for (bool backward : {false, true}) {
+    const SdpaGraphSpec s = spec(d == 128 ? 8 : 16, d == 128 ? 16 : 12, d == 128 ? 2048 : 1024, d,
+                                 CUDNN_DATA_BFLOAT16, true, Layout::gpt_qkv);
+    const SdpaGraph g = backward ? build_sdpa_backward_graph(s, nullptr) : build_sdpa_forward_graph(s, nullptr);
+    const std::vector<SdpaEngineConfig> a = sdpa_engine_configs(g, h200());
+    const std::vector<SdpaEngineConfig> all = sdpa_engine_candidates(g, h200());
+    std::printf("  %s D%d candidates:\n", backward ? "bwd" : "fwd", static_cast<int>(d));
+    for (size_t i = 0; i < all.size(); ++i) std::printf("    #%zu %s\n", i, sdpa_engine_label(all[i]).c_str());
+    REQUIRE_FALSE(a.empty());
+    REQUIRE(all.size() >= 1);
+    for (size_t i = 0; i < all.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        CHECK_FALSE((all[i].engine == all[j].engine && all[i].knobs == all[j].knobs));
+    // Mode A's first config leads; every engine mode A offers is among the candidates.
+    CHECK(all[0].engine == a[0].engine);
+    CHECK(all[0].knobs == a[0].knobs);
+    CHECK(std::string(all[0].mode) == "A");
+    for (const SdpaEngineConfig& c : a)
+      CHECK(std::any_of(all.begin(), all.end(), [&](const SdpaEngineConfig& o) { return o.engine == c.engine; }));
+    CHECK(sdpa_engine_label(all[0]).rfind("engine " + std::to_string(all[0].engine) + " (mode A, ", 0) == 0);
+    // The knob variants follow the heuristics' configs; without them the list is that prefix.
+    const std::vector<SdpaEngineConfig> plain = sdpa_engine_candidates(g, h200(), /*with_knobs=*/false);
+    REQUIRE(plain.size() <= all.size());
+    for (size_t i = 0; i < all.size(); ++i) {
+      const bool knob = std::string(all[i].mode) == "knob";
+      CHECK(knob == (i >= plain.size()));
+      if (i < plain.size()) CHECK(all[i].engine == plain[i].engine);
+      if (knob) CHECK(all[i].knobs.size() == 1);
+    }
+  }
+#endif
 }
 
 TEST_CASE("cuDNN SDPA: broken forward graphs have no engine (deviceless)") {

@@ -37,13 +37,14 @@ namespace {
 
 enum class Pass : int64_t { forward = 0, backward = 1 };
 
-using PlanKey = std::array<int64_t, 40>;
+using PlanKey = std::array<int64_t, 41>;
 
 struct Plan {
   SdpaGraph graph;           // the descriptors the plan was made from, kept alive with it
   BackendDescriptor config;  // the engine config that finalized
   BackendDescriptor plan;    // undefined when no engine could be built
   int64_t engine = -1;
+  std::string label;         // sdpa_engine_label of the config
   int64_t workspace = 0;     // bytes
   std::string failure;       // why there is no plan
 };
@@ -58,6 +59,7 @@ PlanCache& plan_cache() {
 }
 
 std::atomic<int64_t> g_forward_count{0}, g_backward_count{0};
+thread_local std::string t_last_label[2];  // the config this thread's last forward / backward ran
 
 // Note [cuDNN dQ accumulator] (core/cuda/plan/cudnn_sdpa_workspace.h), decided once per process.
 bool zero_dq_accum() {
@@ -66,6 +68,49 @@ bool zero_dq_accum() {
     return sdpa_dq_accum_needs_zero(static_cast<int64_t>(cudnnGetVersion()), env ? env : "");
   }();
   return zero;
+}
+
+// Note [cuDNN SDPA engine choice]
+// By default a plan takes the first of mode A's configs that finalizes, as cudnn-frontend's
+// HEURISTICS_CHOICE policy does. Which config is fastest on a given GPU is measured, not assumed:
+// the candidates are every config modes A, B and FALLBACK offer (sdpa_engine_candidates), and
+// `bench_cuda --sweep --only attention` times each forward and backward apart. A choice is an index
+// into that list per pass, from KILN_CUDNN_SDPA_ENGINE ("fwd=N,bwd=M", either may be left out;
+// read once) or set_attention_cudnn_engine_choice; -1 = the default. It is part of the plan key.
+// An index the case does not have, or a config that does not finalize, is the plan's failure
+// (an error under CudnnMiss::fail, Kiln's kernels under fall_back), naming the candidates.
+
+int64_t parse_choice(const std::string& text, const char* pass) {
+  const std::string prefix = std::string(pass) + "=";
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    if (item.rfind(prefix, 0) == 0) {
+      const std::string value = item.substr(prefix.size());
+      char* stop = nullptr;
+      const long n = std::strtol(value.c_str(), &stop, 10);
+      KILN_CHECK(!value.empty() && *stop == '\0' && n >= -1, "KILN_CUDNN_SDPA_ENGINE=", text, ": ", pass,
+                 " takes a candidate index >= 0 (or -1 for the default), got '", value, "'");
+      return n;
+    }
+    KILN_CHECK(item.rfind("fwd=", 0) == 0 || item.rfind("bwd=", 0) == 0, "KILN_CUDNN_SDPA_ENGINE=", text,
+               ": expected fwd=N and/or bwd=M separated by a comma, got '", item, "'");
+    at = end + 1;
+  }
+  return -1;
+}
+
+std::atomic<int64_t>& engine_choice(Pass pass) {
+  static std::atomic<int64_t> choice[2] = {[] {
+    const char* env = std::getenv("KILN_CUDNN_SDPA_ENGINE");
+    return parse_choice(env ? env : "", "fwd");
+  }(), [] {
+    const char* env = std::getenv("KILN_CUDNN_SDPA_ENGINE");
+    return parse_choice(env ? env : "", "bwd");
+  }()};
+  return choice[static_cast<int>(pass)];
 }
 
 // q, k, v, out and dout as cuDNN reads them: a copy of a view with an expanded (stride-0) dimension
@@ -104,6 +149,7 @@ PlanKey key_of(Pass pass, cudnnHandle_t handle, DType dtype, const SdpaGraphSpec
   const SdpaStrides* all[8] = {&s.q, &s.k, &s.v, &s.o, &s.dout, &s.dq, &s.dk, &s.dv};
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 4; ++j) k[8 + 4 * i + j] = (*all[i])[j];
+  k[40] = engine_choice(pass).load(std::memory_order_relaxed);
   return k;
 }
 
@@ -113,12 +159,41 @@ std::string describe(const SdpaGraphSpec& s, Pass pass) {
          ", T " + std::to_string(s.t) + ", D " + std::to_string(s.d) + ")" + (s.causal ? " causal" : "");
 }
 
-std::shared_ptr<const Plan> build_plan(Pass pass, const SdpaGraphSpec& spec, cudnnHandle_t handle) {
+SdpaGraphSpec forward_spec(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, bool causal) {
+  SdpaGraphSpec spec;
+  spec.b = q.size(0), spec.h = q.size(1), spec.t = q.size(2), spec.d = q.size(3);
+  spec.io = io_type(q.dtype()), spec.causal = causal;
+  spec.q = strides_of(q), spec.k = strides_of(k), spec.v = strides_of(v), spec.o = strides_of(out);
+  return spec;
+}
+
+SdpaGraphSpec backward_spec(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                            const FlashAttentionGrads& g, bool causal) {
+  SdpaGraphSpec spec = forward_spec(q, k, v, out, causal);
+  spec.dout = strides_of(dout), spec.dq = strides_of(g.dq), spec.dk = strides_of(g.dk), spec.dv = strides_of(g.dv);
+  return spec;
+}
+
+std::shared_ptr<const Plan> build_plan(Pass pass, const SdpaGraphSpec& spec, cudnnHandle_t handle, int64_t choice) {
   auto p = std::make_shared<Plan>();
   const std::string& libs = cudnn_runtime_compiler_problem();  // also loads libnvrtc for cuDNN
   try {
     p->graph = pass == Pass::forward ? build_sdpa_forward_graph(spec, handle) : build_sdpa_backward_graph(spec, handle);
-    std::vector<SdpaEngineConfig> configs = sdpa_engine_configs(p->graph, nullptr);
+    std::vector<SdpaEngineConfig> configs;
+    if (choice < 0) {
+      configs = sdpa_engine_configs(p->graph, nullptr);
+    } else {  // Note [cuDNN SDPA engine choice]
+      std::vector<SdpaEngineConfig> all = sdpa_engine_candidates(p->graph, nullptr);
+      if (choice >= static_cast<int64_t>(all.size())) {
+        std::ostringstream os;
+        os << describe(spec, pass) << ": KILN_CUDNN_SDPA_ENGINE asks for candidate " << choice << ", cuDNN offers "
+           << all.size() << ":";
+        for (size_t i = 0; i < all.size(); ++i) os << " " << i << ": " << sdpa_engine_label(all[i]) << ";";
+        p->failure = os.str();
+        return p;
+      }
+      configs.push_back(std::move(all[static_cast<size_t>(choice)]));
+    }
     std::string tried;
     bool prerequisite_missing = false;
     for (SdpaEngineConfig& c : configs) {
@@ -130,6 +205,7 @@ std::shared_ptr<const Plan> build_plan(Pass pass, const SdpaGraphSpec& spec, cud
         p->plan = std::move(plan);
         p->config = std::move(c.config);
         p->engine = c.engine;
+        p->label = sdpa_engine_label(c);
         return p;
       }
       prerequisite_missing |= status == CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING;
@@ -158,7 +234,7 @@ std::shared_ptr<const Plan> plan_for(Pass pass, DType dtype, const SdpaGraphSpec
   }
   // Built outside the lock (NVRTC takes seconds); only this thread uses this handle, so no other
   // thread builds the same key meanwhile.
-  std::shared_ptr<const Plan> plan = build_plan(pass, spec, handle);
+  std::shared_ptr<const Plan> plan = build_plan(pass, spec, handle, key[40]);
   std::lock_guard<std::mutex> lock(cache.mutex);
   return cache.plans.emplace(key, std::move(plan)).first->second;
 }
@@ -220,11 +296,10 @@ std::optional<FlashAttentionForward> attention_cudnn_forward(const Tensor& q_in,
   const Tensor q = cudnn_readable(q_in), k = cudnn_readable(k_in), v = cudnn_readable(v_in);
 
   cudnnHandle_t handle = cudnn_handle_for(q);  // on q's device, bound to its current stream
-  SdpaGraphSpec spec;
-  spec.b = b, spec.h = h, spec.t = t, spec.d = d, spec.io = io_type(q.dtype()), spec.causal = causal;
-  spec.q = strides_of(q), spec.k = strides_of(k), spec.v = strides_of(v), spec.o = strides_of(r.out);
+  const SdpaGraphSpec spec = forward_spec(q, k, v, r.out, causal);
   std::shared_ptr<const Plan> plan = plan_for(Pass::forward, q.dtype(), spec, handle);
   if (!usable(plan->failure, miss, "attention_cudnn_forward")) return std::nullopt;
+  t_last_label[0] = plan->label;
 
   float scale_f = static_cast<float>(scale), neg_inf = -INFINITY;
   std::vector<int64_t> uids = {sdpa_uid::kQ, sdpa_uid::kK, sdpa_uid::kV, sdpa_uid::kO, sdpa_uid::kStats, sdpa_uid::kScale};
@@ -259,12 +334,10 @@ std::optional<FlashAttentionGrads> attention_cudnn_backward(const Tensor& dout_i
     const Tensor q = cudnn_readable(q_in), k = cudnn_readable(k_in), v = cudnn_readable(v_in);
     const Tensor out = cudnn_readable(out_in), dout = cudnn_readable(dout_in);
     cudnnHandle_t handle = cudnn_handle_for(q);
-    SdpaGraphSpec spec;
-    spec.b = b, spec.h = h, spec.t = t, spec.d = d, spec.io = io_type(q.dtype()), spec.causal = causal;
-    spec.q = strides_of(q), spec.k = strides_of(k), spec.v = strides_of(v), spec.o = strides_of(out);
-    spec.dout = strides_of(dout), spec.dq = strides_of(r.dq), spec.dk = strides_of(r.dk), spec.dv = strides_of(r.dv);
+    const SdpaGraphSpec spec = backward_spec(q, k, v, out, dout, r, causal);
     std::shared_ptr<const Plan> plan = plan_for(Pass::backward, q.dtype(), spec, handle);
     if (!usable(plan->failure, miss, "attention_cudnn_backward")) return std::nullopt;
+    t_last_label[1] = plan->label;
 
     Tensor softmax_sum = empty({b, h, t}, DType::f32, device);                           // (B, H, T, 1)
     // Note [cuDNN dQ accumulator]: zeroed only where cuDNN does not initialize it itself.
@@ -286,6 +359,42 @@ std::optional<FlashAttentionGrads> attention_cudnn_backward(const Tensor& dout_i
   if (!need_dkdv) r.dk = r.dv = Tensor();
   return r;
 }
+
+void set_attention_cudnn_engine_choice(bool backward, int64_t index) {
+  KILN_CHECK(index >= -1, "set_attention_cudnn_engine_choice: index ", index, " (a candidate >= 0, or -1)");
+  engine_choice(backward ? Pass::backward : Pass::forward).store(index, std::memory_order_relaxed);
+}
+
+int64_t attention_cudnn_engine_choice(bool backward) {
+  return engine_choice(backward ? Pass::backward : Pass::forward).load(std::memory_order_relaxed);
+}
+
+std::vector<std::string> attention_cudnn_engine_candidates(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                                           const Tensor& dout_in, bool causal, bool backward,
+                                                           bool with_knobs) {
+  const std::string why = attention_cudnn_unsupported(q_in, k_in, v_in);
+  KILN_CHECK(why.empty(), "attention_cudnn_engine_candidates: ", why);
+  const int64_t b = q_in.size(0), h = q_in.size(1), t = q_in.size(2), d = q_in.size(3);
+  const Tensor q = cudnn_readable(q_in), k = cudnn_readable(k_in), v = cudnn_readable(v_in);
+  const Tensor out = flash::empty_heads(b, h, t, d, q.dtype(), q.device());
+  cudnnHandle_t handle = cudnn_handle_for(q);
+  SdpaGraph graph;
+  if (backward) {
+    FlashAttentionGrads g;
+    g.dq = g.dk = g.dv = out;  // the same (B, T, H, D) storage layout the backward allocates
+    const Tensor dout = dout_in.defined() ? cudnn_readable(dout_in) : out;
+    KILN_CHECK(dout.shape() == q.shape(), "attention_cudnn_engine_candidates: dout ", dout.shape(), " for q ", q.shape());
+    graph = build_sdpa_backward_graph(backward_spec(q, k, v, out, dout, g, causal), handle);
+  } else {
+    graph = build_sdpa_forward_graph(forward_spec(q, k, v, out, causal), handle);
+  }
+  std::vector<std::string> labels;
+  for (const SdpaEngineConfig& c : sdpa_engine_candidates(graph, nullptr, with_knobs))
+    labels.push_back(sdpa_engine_label(c));
+  return labels;
+}
+
+std::string attention_cudnn_last_engine(bool backward) { return t_last_label[backward ? 1 : 0]; }
 
 int64_t attention_cudnn_forward_count() { return g_forward_count.load(std::memory_order_relaxed); }
 int64_t attention_cudnn_backward_count() { return g_backward_count.load(std::memory_order_relaxed); }

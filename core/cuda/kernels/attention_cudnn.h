@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <kiln/core/cuda/kernels/flash_attention.h>
 
@@ -34,6 +35,24 @@ std::optional<FlashAttentionGrads> attention_cudnn_backward(const Tensor& dout, 
                                                             const Tensor& v, const Tensor& out, const Tensor& lse,
                                                             bool causal, double scale, bool need_dq, bool need_dkdv,
                                                             CudnnMiss miss);
+
+// Note [cuDNN SDPA engine choice] (attention_cudnn.cpp): which of the engine configs cuDNN's
+// heuristics offer a plan runs, per pass: an index into attention_cudnn_engine_candidates, or -1
+// for the default (the first of mode A's that builds). Starts from KILN_CUDNN_SDPA_ENGINE
+// ("fwd=N,bwd=M"); plans are cached per choice. For sweeps and tests.
+void set_attention_cudnn_engine_choice(bool backward, int64_t index);
+int64_t attention_cudnn_engine_choice(bool backward);
+
+// The candidates for this case and pass, labelled as sdpa_engine_label does ("engine 7 (mode A,
+// 128 MiB workspace, knobs ...)"), with out and the gradients in the layouts the kernels allocate
+// and dout as given (undefined: out's layout; the forward ignores it). Without `with_knobs`, only
+// the heuristics' configs (the list's first entries; the knob variants follow them).
+std::vector<std::string> attention_cudnn_engine_candidates(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                           const Tensor& dout, bool causal, bool backward,
+                                                           bool with_knobs = true);
+
+// The label of the config this thread's last forward / backward ran ("" before any).
+std::string attention_cudnn_last_engine(bool backward);
 
 // How many forward / backward calls cuDNN ran in this process (tests use them to tell the paths apart).
 int64_t attention_cudnn_forward_count();

@@ -1,6 +1,8 @@
 // cuDNN SDPA op graphs through the backend API (attention_cudnn_graph.cuh).
 #include <kiln/core/cuda/kernels/attention_cudnn_graph.cuh>
 
+#include <algorithm>
+#include <sstream>
 #include <utility>
 
 namespace kiln::cuda {
@@ -177,6 +179,102 @@ cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, const Dims& x, cudnnBacken
   return out;
 }
 
+// The (knob type, value) pairs an engine config sets, sorted by type.
+std::vector<std::pair<int64_t, int64_t>> knob_choices(cudnnBackendDescriptor_t config) {
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                               nullptr) != CUDNN_STATUS_SUCCESS || count <= 0)
+    return {};
+  std::vector<BackendDescriptor> choices;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    raw.push_back(choices.back().get());
+  }
+  int64_t returned = 0;
+  if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                               &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t i = 0; i < returned && i < count; ++i) {
+    cudnnBackendKnobType_t type{};
+    int64_t value = 0, n = 0;
+    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n, &value) !=
+            CUDNN_STATUS_SUCCESS)
+      continue;
+    out.emplace_back(static_cast<int64_t>(type), value);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct KnobRange {
+  cudnnBackendKnobType_t type{};
+  int64_t min = 0, max = -1, stride = 1;
+};
+
+BackendDescriptor engine_of(const SdpaGraph& graph, int64_t id) {
+  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  engine.set_desc(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph.graph).set_int64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, id).finalize();
+  return engine;
+}
+
+// The knobs engine `id` exposes for `graph`, with the values each takes.
+std::vector<KnobRange> knob_ranges(const SdpaGraph& graph, int64_t id) {
+  BackendDescriptor engine = engine_of(graph, id);
+  constexpr int64_t kMax = CUDNN_KNOB_TYPE_COUNTS;
+  std::vector<BackendDescriptor> infos;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < kMax; ++i) {
+    infos.emplace_back(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR);
+    raw.push_back(infos.back().get());
+  }
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMax, &n,
+                               raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  std::vector<KnobRange> out;
+  for (int64_t i = 0; i < n && i < kMax; ++i) {
+    KnobRange r;
+    int64_t got = 0;
+    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got, &r.type) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &got, &r.min) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &got, &r.max) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &got, &r.stride) !=
+            CUDNN_STATUS_SUCCESS)
+      continue;
+    if (r.max - r.min <= 256) out.push_back(r);  // a range, not a byte count
+  }
+  return out;
+}
+
+// Engine `id` with one knob set, the rest at the engine's defaults.
+SdpaEngineConfig config_with_knob(const SdpaGraph& graph, int64_t id, cudnnBackendKnobType_t type, int64_t value) {
+  SdpaEngineConfig c;
+  c.engine = id;
+  c.mode = "knob";
+  c.knobs = {{static_cast<int64_t>(type), value}};
+  BackendDescriptor engine = engine_of(graph, id);
+  BackendDescriptor knob(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+  knob.set(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &type)
+      .set(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &value)
+      .finalize();
+  BackendDescriptor config(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  config.set_desc(CUDNN_ATTR_ENGINECFG_ENGINE, engine).set_descs(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, {knob.get()});
+  // A value the engine rejects for this graph fails here or when the plan is built: either way the
+  // candidate is reported as failed, not dropped, so the list's indices stay the same.
+  if (config.try_finalize() == CUDNN_STATUS_SUCCESS) c.workspace = config.get_int64(CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE);
+  c.parts.push_back(std::move(engine));
+  c.parts.push_back(std::move(knob));
+  c.config = std::move(config);
+  return c;
+}
+
 }  // namespace
 
 SdpaGraph build_sdpa_forward_graph(const SdpaGraphSpec& p, cudnnHandle_t handle) {
@@ -278,9 +376,23 @@ SdpaGraph build_sdpa_backward_graph(const SdpaGraphSpec& p, cudnnHandle_t handle
   return g.finish();
 }
 
-std::vector<SdpaEngineConfig> sdpa_engine_configs(const SdpaGraph& graph, cudnnBackendDescriptor_t device_prop) {
+std::string sdpa_engine_label(const SdpaEngineConfig& c) {
+  std::ostringstream os;
+  os << "engine " << c.engine << " (mode " << c.mode << ", ";
+  if (c.workspace >= (int64_t{1} << 20))
+    os << (c.workspace >> 20) << " MiB";
+  else
+    os << c.workspace << " B";
+  os << " workspace";
+  if (!c.knobs.empty()) os << ", knobs";
+  for (const auto& [type, value] : c.knobs) os << " " << type << "=" << value;
+  os << ")";
+  return os.str();
+}
+
+std::vector<SdpaEngineConfig> sdpa_engine_configs(const SdpaGraph& graph, cudnnBackendDescriptor_t device_prop,
+                                                  cudnnBackendHeurMode_t mode) {
   BackendDescriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.graph)
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
 #if CUDNN_VERSION >= 90800
@@ -327,8 +439,55 @@ std::vector<SdpaEngineConfig> sdpa_engine_configs(const SdpaGraph& graph, cudnnB
       c.nondeterministic |= numerical[j] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
     for (int64_t j = 0; j < n_behavior && j < 32; ++j)
       c.runtime_compiled |= behavior[j] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+    c.knobs = knob_choices(configs[i].get());
+    c.mode = mode == CUDNN_HEUR_MODE_A ? "A" : mode == CUDNN_HEUR_MODE_B ? "B" : "fallback";
     c.config = std::move(configs[i]);
     out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<SdpaEngineConfig> sdpa_engine_candidates(const SdpaGraph& graph, cudnnBackendDescriptor_t device_prop,
+                                                     bool with_knobs) {
+  std::vector<SdpaEngineConfig> out;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {
+    std::vector<SdpaEngineConfig> configs;
+    try {
+      configs = sdpa_engine_configs(graph, device_prop, mode);
+    } catch (const Error&) {
+      if (mode == CUDNN_HEUR_MODE_A) throw;  // B and FALLBACK only add candidates; A is the contract
+      continue;
+    }
+    for (SdpaEngineConfig& c : configs) {
+      const bool seen = std::any_of(out.begin(), out.end(), [&](const SdpaEngineConfig& o) {
+        return o.engine == c.engine && o.knobs == c.knobs;
+      });
+      if (!seen) out.push_back(std::move(c));
+    }
+  }
+  if (!with_knobs) return out;
+  // Each offered engine again with one tunable knob (KERNEL_CFG or STAGES) set to each value it takes.
+  std::vector<int64_t> engines;
+  for (const SdpaEngineConfig& c : out)
+    if (std::find(engines.begin(), engines.end(), c.engine) == engines.end()) engines.push_back(c.engine);
+  for (int64_t id : engines) {
+    const SdpaEngineConfig* model = nullptr;
+    for (const SdpaEngineConfig& c : out)
+      if (c.engine == id) model = &c;
+    for (const KnobRange& r : knob_ranges(graph, id)) {
+      if (r.type != CUDNN_KNOB_TYPE_KERNEL_CFG && r.type != CUDNN_KNOB_TYPE_STAGES) continue;
+      for (int64_t v = r.min; v <= r.max; v += std::max<int64_t>(r.stride, 1)) {
+        const std::vector<std::pair<int64_t, int64_t>> knobs = {{static_cast<int64_t>(r.type), v}};
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const SdpaEngineConfig& o) {
+          return o.engine == id && o.knobs == knobs;
+        });
+        if (seen) continue;
+        SdpaEngineConfig c = config_with_knob(graph, id, r.type, v);
+        c.runtime_compiled = model->runtime_compiled;
+        c.nondeterministic = model->nondeterministic;
+        out.push_back(std::move(c));
+      }
+    }
   }
   return out;
 }

@@ -8,6 +8,8 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <kiln/core/cuda/runtime/cudnn_backend.cuh>
@@ -64,11 +66,25 @@ struct SdpaEngineConfig {
   int64_t engine = -1;     // cuDNN's global engine index
   int64_t workspace = 0;   // bytes the config needs
   bool runtime_compiled = false, nondeterministic = false;
+  std::vector<std::pair<int64_t, int64_t>> knobs;  // (cudnnBackendKnobType_t, value) the config sets
+  const char* mode = "A";                          // the heuristics mode that offered it, or "knob"
+  std::vector<BackendDescriptor> parts;            // descriptors a hand-made config refers to
 };
 
-// The engine configs cuDNN's heuristics (mode A) offer for `graph`, best first; cuDNN drops those
-// it cannot run (a missing libnvrtc among the reasons). `device_prop`, a finalized DEVICEPROP
-// descriptor or null, lets them answer without a device (cuDNN >= 9.8).
-std::vector<SdpaEngineConfig> sdpa_engine_configs(const SdpaGraph& graph, cudnnBackendDescriptor_t device_prop);
+// "engine 7 (mode A, 128 MiB workspace, knobs 3=1 ...)": how sweeps and errors name a config.
+std::string sdpa_engine_label(const SdpaEngineConfig& c);
+
+// The engine configs cuDNN's heuristics offer for `graph` in `mode` (A by default), best first;
+// cuDNN drops those it cannot run (a missing libnvrtc among the reasons). `device_prop`, a
+// finalized DEVICEPROP descriptor or null, lets them answer without a device (cuDNN >= 9.8).
+std::vector<SdpaEngineConfig> sdpa_engine_configs(const SdpaGraph& graph, cudnnBackendDescriptor_t device_prop,
+                                                  cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A);
+
+// Every config the heuristics offer in modes A, B and FALLBACK, in that order, each engine + knob
+// set once (Note [cuDNN SDPA engine choice], attention_cudnn.cpp): the candidates a sweep times and
+// KILN_CUDNN_SDPA_ENGINE indexes. `with_knobs` appends each of those engines with its KERNEL_CFG or
+// STAGES knob set to every value it takes (mode "knob"; the indices before them stay the same).
+std::vector<SdpaEngineConfig> sdpa_engine_candidates(const SdpaGraph& graph, cudnnBackendDescriptor_t device_prop,
+                                                     bool with_knobs = true);
 
 }  // namespace kiln::cuda
