@@ -86,6 +86,18 @@ void set_cross_entropy_kernel(CrossEntropyKernel kernel);
 CrossEntropyKernel parse_cross_entropy_kernel(const std::string& name);
 const char* cross_entropy_kernel_name(CrossEntropyKernel kernel);  ///< "accurate", "fast", "registers"
 
+// ---- column reductions (KILN_CUDA_REDUCE_COLS) ----
+/// Note [Vector columns] (core/cuda/plan/reduce_plan.h): a CUDA reduction over a leading dim (the
+/// bias gradient: (N, C) summed over N) reads one column per thread (scalar) or 16 bytes of
+/// adjacent columns per thread with one load (vector; where C is a multiple of the width and the
+/// data aligned). Where both use 32 threads across columns (C >= 256 16-bit or 128 f32 values)
+/// they sum each column in the same order: bitwise equal results. vector has not run on a GPU yet,
+/// so scalar is the default.
+/// The first call reads KILN_CUDA_REDUCE_COLS (scalar | vector; unset: scalar) unless
+/// set_vector_column_reductions came first; a bad value throws naming it.
+bool vector_column_reductions();
+void set_vector_column_reductions(bool on);
+
 // ---- layer-norm kernel variant (KILN_LAYER_NORM_VARIANT) ----
 /// Note [Layer norm variants]
 /// What is unknown about the layer-norm kernels until a GPU times them, each a field:

@@ -155,8 +155,8 @@ int main(int argc, char** argv) {
   std::string sweep_json;
   app.add_flag("--sweep", sweep, "time every candidate configuration of the kernels whose best form is unknown "
                "(layer-norm variants, Kiln vs cuDNN attention, the GELU epilogue, the fused add + layer norm, the "
-               "cross entropy's forms) and print the fastest of each; Kiln only (--only picks one: layer_norm, "
-               "attention, epilogue, add_layer_norm, cross_entropy)");
+               "cross entropy's forms, the column sums' forms) and print the fastest of each; Kiln only (--only picks "
+               "one: layer_norm, attention, epilogue, add_layer_norm, cross_entropy, reduce)");
   app.add_option("--sweep-json", sweep_json, "with --sweep: also write the table as JSON to this file");
   return kiln::apps::run_main(app, argc, argv, kiln::apps::AppMainOptions("bench_cuda"), [&]() -> int {
     KILN_CHECK(cuda::is_available(), "bench_cuda: no usable CUDA device (", cuda::build_info(), ")");

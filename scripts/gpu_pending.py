@@ -29,7 +29,9 @@ GPU, proven or refuted in one device call, each step under its own time limit.
   stage sdpa-sweep  bench_cuda --sweep --only attention: each cuDNN engine config, forward and
                   backward apart, contiguous and GPT's layout (Note [cuDNN SDPA engine choice])
   stage sdpa-kernels  bench_cuda --only attention: forward and fwd+bwd at both GPT shapes vs SDPA
-  stage sdpa-bench  gpt2-124m and gpt-1.3b under each engine choice (KILN_CUDNN_SDPA_ENGINE)
+  stage sdpa-bench  gpt2-124m and gpt-1.3b under each engine choice (KILN_CUDNN_SDPA_ENGINE) and
+                  with the vector column sums (KILN_CUDA_REDUCE_COLS=vector, the bias gradients)
+  stage cols-sweep  bench_cuda --sweep --only reduce: the column sums' scalar and vector forms
   stage sdpa-knobs  the attention sweep again with each engine's knob values (KILN_SWEEP_SDPA_KNOBS)
 
 Then one table, path | tests | loss vs baseline | step ms | ratio | peak GiB | verdict, printed and
@@ -60,7 +62,7 @@ CALL_LIMIT_S = 600       # one device call
 PLAN_LIMIT_S = 540       # what the expected times of the default stages may add up to (margin)
 STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernels", "confirm",
           "ce-tests", "ce-sweep", "ce-bench", "ce-profile", "ln-tests", "ln-sweep", "ln-bench",
-          "check", "sdpa-sweep", "sdpa-kernels", "sdpa-bench", "sdpa-knobs"]
+          "check", "sdpa-sweep", "sdpa-kernels", "sdpa-bench", "sdpa-knobs", "cols-sweep"]
 # What one device call runs: the first proves every path and times gpt2-124m; the second (sent at
 # once, while the machine is warm) profiles gpt2-124m's step and times gpt-1.3b. Both together would
 # overrun one call.
@@ -75,7 +77,7 @@ CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"],
          "6": ["ln-tests", "ln-sweep", "ln-bench", "suite"],
          # Call 7 (cuDNN attention at 0.78x PyTorch's SDPA, the same library): the gpu suite with the
          # cross entropy's new cases, then each engine config timed apart and in both GPT steps.
-         "7": ["check", "sdpa-sweep", "sdpa-kernels", "sdpa-bench"],
+         "7": ["check", "sdpa-sweep", "cols-sweep", "sdpa-kernels", "sdpa-bench"],
          # Call 8, at once after 7: each engine's knob values (NVRTC compiles each: minutes).
          "8": ["sdpa-knobs"]}
 
@@ -111,6 +113,7 @@ for _b in LN_SPLITS:
 SDPA_CHOICES = {"sdpa-fwd1": "fwd=1", "sdpa-bwd1": "bwd=1", "sdpa-fwd1-bwd1": "fwd=1,bwd=1"}
 for _p, _c in SDPA_CHOICES.items():
     PATHS[_p] = ({"KILN_CUDNN_SDPA_ENGINE": _c}, [])
+PATHS["cols-vector"] = ({"KILN_CUDA_REDUCE_COLS": "vector"}, [])
 CALL1_PATHS = ["baseline"] + list(SWITCHES) + ["all"]
 # The paths a 1.3B row runs: each alone would cost a minute apiece.
 BIG_PATHS = ["baseline", "all"]
@@ -263,9 +266,12 @@ def plan():
                        "{out}/sweep_sdpa.json"], 120, 50))
     steps.append(Step("sdpa-kernels", "bench_cuda attention vs PyTorch",
                       ["{build}/apps/bench_cuda", "--only", "attention", "--python", "{python}"], 90, 40))
-    for p in ["defaults"] + list(SDPA_CHOICES):
+    steps.append(Step("cols-sweep", "bench_cuda --sweep --only reduce",
+                      ["{build}/apps/bench_cuda", "--sweep", "--only", "reduce", "--sweep-json",
+                       "{out}/sweep_cols.json"], 60, 15))
+    for p in ["defaults"] + list(SDPA_CHOICES) + ["cols-vector"]:
         steps.append(kiln("sdpa-bench", "gpt2-124m " + p, gpt2, p, ["--json", "{work}/bench_124m_%s.json" % p], 60, 10))
-    for p in ["defaults"] + list(SDPA_CHOICES):
+    for p in ["defaults"] + list(SDPA_CHOICES) + ["cols-vector"]:
         steps.append(kiln("sdpa-bench", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 30))
     steps.append(Step("sdpa-knobs", "bench_cuda --sweep --only attention, knob values",
                       ["{build}/apps/bench_cuda", "--sweep", "--only", "attention", "--sweep-json",

@@ -20,6 +20,7 @@
 #include <kiln/core/cuda/plan/layer_norm_variant.h>
 #include <kiln/core/ops/cross_entropy.h>
 #include <kiln/core/ops/layer_norm.h>
+#include <kiln/core/ops/ops.h>
 #include <kiln/kiln.h>
 
 namespace kiln::apps {
@@ -243,6 +244,23 @@ void sweep_cross_entropy(std::vector<Row>& rows, const TimeFn& time_ms) {
   cuda::set_cross_entropy_kernel(before);
 }
 
+// Column sums (the bias gradients of GPT's linears: (tokens, C) summed over tokens) in the scalar
+// and vector forms (Note [Vector columns]).
+void sweep_reduce_cols(std::vector<Row>& rows, const TimeFn& time_ms) {
+  const bool before = cuda::vector_column_reductions();
+  for (int64_t c : {int64_t(768), int64_t(2304), int64_t(3072), int64_t(2048), int64_t(6144), int64_t(8192)}) {
+    const int64_t n = 16 * 1024;
+    const std::string shape = "bf16 (" + std::to_string(n) + ", " + std::to_string(c) + ")";
+    Tensor x = gpu_randn({n, c}, DType::bf16, 21);
+    for (bool vector : {false, true}) {
+      cuda::set_vector_column_reductions(vector);
+      rows.push_back(timed(std::string("sum cols ") + (vector ? "vector" : "scalar"), shape, time_ms,
+                           [&] { (void)ops::sum(x, {0}); }));
+    }
+  }
+  cuda::set_vector_column_reductions(before);
+}
+
 // The candidate's group: its name up to the variant ("layer_norm fwd", "attention fwd+bwd", ...).
 std::string group_of(const Row& r) {
   if (!r.group.empty()) return r.group + " | " + r.shape;
@@ -261,6 +279,7 @@ int run_sweep(const SweepOptions& options, const TimeFn& time_ms) {
   if (want("epilogue")) sweep_epilogue(rows, time_ms);
   if (want("add_layer_norm")) sweep_add_layer_norm(rows, time_ms);
   if (want("cross_entropy")) sweep_cross_entropy(rows, time_ms);
+  if (want("reduce")) sweep_reduce_cols(rows, time_ms);
 
   // The first row of each group is its default; the fastest row of each group is marked.
   std::map<std::string, size_t> first, best;

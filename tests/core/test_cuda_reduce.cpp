@@ -8,6 +8,8 @@
 
 #include "test_util.h"
 
+#include <kiln/cuda.h>
+
 using namespace kiln;
 
 namespace {
@@ -157,6 +159,59 @@ TEST_CASE("short and long rows and columns, one to three passes, match the CPU")
       check_close_to(ops::std(g, c.dims, 0), ops::std(x, c.dims, 0), Tensor(), test::cuda_rtol(dt), what + " std");
     }
   }
+}
+
+// Note [Vector columns]: the vector column form (16 bytes of adjacent columns per thread) against
+// the CPU on every shape the scalar form is tested on above plus column shapes it takes (widths
+// that are and are not multiples of the vector, an unaligned slice, the GPT bias gradients), and
+// bitwise against the scalar form where both put 32 threads across the columns.
+TEST_CASE("vector column reductions match the CPU, and the scalar form bitwise where they share a plan") {
+  test::require_cuda();
+  struct Restore {
+    bool before = cuda::vector_column_reductions();
+    ~Restore() { cuda::set_vector_column_reductions(before); }
+  } restore;
+  struct Case {
+    Shape shape;
+    Dims dims;
+    bool same_plan;  // inner >= 32 * vector: the two forms sum each column in one order
+  };
+  const std::vector<Case> cases = {
+      {{1000, 8}, {0}, false},      {{1000, 24}, {0}, false},      {{300, 768}, {0}, true},
+      {{16384, 768}, {0}, true},    {{4096, 2304}, {0}, true},     {{2048, 3072}, {0}, true},
+      {{100003, 16}, {0}, false},   {{7, 33, 256}, {1}, true},     {{5, 3, 700}, {0}, false},
+      {{3, 4500, 512}, {1}, true},  {{129, 1000}, {0}, true}};
+  for (const Case& c : cases)
+    for (DType dt : {DType::bf16, DType::f16, DType::f32, DType::f64}) {
+      const std::string what = std::string(dtype_name(dt)) + " " + detail::str_cat(c.shape) + " dims " +
+                               detail::str_cat(Shape(c.dims.begin(), c.dims.end()));
+      CAPTURE(what);
+      Tensor x = test::random(c.shape, dt, 31);
+      Tensor g = x.to(Device::cuda());
+      Tensor mag = ops::abs(x.to(DType::f64));
+      cuda::set_vector_column_reductions(false);
+      const Tensor scalar_sum = ops::sum(g, c.dims), scalar_max = ops::amax(g, c.dims);
+      cuda::set_vector_column_reductions(true);
+      const Tensor vector_sum = ops::sum(g, c.dims);
+      check_close_to(vector_sum, ops::sum(x, c.dims), ops::sum(mag, c.dims), sum_rtol(dt), what + " sum");
+      check_close_to(ops::mean(g, c.dims), ops::mean(x, c.dims), ops::mean(mag, c.dims), sum_rtol(dt), what + " mean");
+      check_close_to(ops::var(g, c.dims), ops::var(x, c.dims), Tensor(), test::cuda_rtol(dt), what + " var");
+      test::check_cuda_matches(ops::amax(g, c.dims), ops::amax(x, c.dims), 0, 0, what + " amax");
+      auto gm = ops::max(g, c.dims[0]), cm = ops::max(x, c.dims[0]);
+      test::check_cuda_matches(gm.indices, cm.indices, 0, 0, what + " max indices");
+      CHECK(bitwise_equal(ops::amax(g, c.dims), scalar_max));
+      // f32 is 4-wide and f64 2-wide: the same plan needs inner >= 128 / 64, met where 16-bit's is.
+      if (c.same_plan) CHECK_MESSAGE(bitwise_equal(vector_sum, scalar_sum), what, ": vector and scalar sums differ");
+      CHECK(bitwise_equal(ops::sum(g, c.dims), vector_sum));  // run to run
+      // An unaligned start (a slice one column in) falls back to the scalar form: still right.
+      if (c.shape.size() == 2 && c.shape[1] > 8) {
+        Tensor xs = x.slice(1, 1, c.shape[1]), gs = g.slice(1, 1, c.shape[1]);
+        check_close_to(ops::sum(gs.contiguous(), {0}), ops::sum(xs, {0}), ops::sum(ops::abs(xs.to(DType::f64)), {0}),
+                       sum_rtol(dt), what + " sum of a column slice");
+        check_close_to(ops::sum(gs, {0}), ops::sum(xs, {0}), ops::sum(ops::abs(xs.to(DType::f64)), {0}), sum_rtol(dt),
+                       what + " sum of an unaligned view");
+      }
+    }
 }
 
 TEST_CASE("amax, amin, max, min, argmax, argmin match the CPU exactly, ties included") {

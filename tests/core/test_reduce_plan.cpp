@@ -60,14 +60,17 @@ std::vector<int> walk_cols(int64_t outer, int64_t n, int64_t inner, const Cols& 
     REQUIRE(o < outer);
     for (int y = 0; y < p.y; ++y)
       for (int x = 0; x < p.x; ++x) {
-        const int64_t i = col0 + x;
-        if (i >= inner) continue;
-        const int64_t S = p.y;
-        int64_t r = begin + y;
-        for (; r + 3 * S < end; r += 4 * S)
-          for (int u = 0; u < 4; ++u) ++count[(o * n + r + u * S) * inner + i];
-        for (; r < end; r += S) ++count[(o * n + r) * inner + i];
-        if (y == 0) ++slots[(o * p.chunks + chunk) * inner + i];
+        const int64_t i0 = col0 + int64_t{x} * p.vec;
+        if (i0 >= inner) continue;
+        for (int64_t i = i0; i < i0 + p.vec; ++i) {
+          REQUIRE(i < inner);  // the vector form runs only where inner is a multiple of vec
+          const int64_t S = p.y;
+          int64_t r = begin + y;
+          for (; r + 3 * S < end; r += 4 * S)
+            for (int u = 0; u < 4; ++u) ++count[(o * n + r + u * S) * inner + i];
+          for (; r < end; r += S) ++count[(o * n + r) * inner + i];
+          if (y == 0) ++slots[(o * p.chunks + chunk) * inner + i];
+        }
       }
   }
   return count;
@@ -153,6 +156,37 @@ TEST_CASE("columns: tiles, stripes and chunks cover each column once") {
       CHECK(q.chunks < p.chunks);
     }
   }
+}
+
+// Note [Vector columns]: vec adjacent columns per thread cover each element once too, and where x
+// is 32 in both forms the rows each thread reads (y, chunks) are the scalar form's.
+TEST_CASE("columns, vector form: every element once; the scalar form's rows where x is the same") {
+  struct Case {
+    int64_t outer, n, inner;
+  };
+  for (int vec : {2, 4, 8})
+    for (Case c : {Case{1, 5, 8}, Case{3, 7, 16}, Case{2, 1000, 64}, Case{1, 16384, 768}, Case{4, 2, 1024},
+                   Case{1, 0, 8}, Case{2, 300, 2304}, Case{1, 20000, 40}, Case{3, 1, 256}}) {
+      if (c.inner % vec != 0) continue;
+      CAPTURE(vec);
+      CAPTURE(c.n);
+      CAPTURE(c.inner);
+      const Cols p = plan_cols(c.outer, c.n, c.inner, vec);
+      CHECK(p.vec == vec);
+      CHECK(p.x <= 32);
+      CHECK(p.x * p.y <= kColThreads);
+      CHECK(p.tiles * p.x * vec >= c.inner);
+      std::vector<int> slots(static_cast<size_t>(c.outer * p.chunks * c.inner), 0);
+      CHECK(all_ones(walk_cols(c.outer, c.n, c.inner, p, slots)));
+      CHECK(all_ones(slots));
+      const Cols s = plan_cols(c.outer, c.n, c.inner);
+      if (c.inner >= 32 * vec) {
+        CHECK(p.x == s.x);
+        CHECK(p.y == s.y);
+        CHECK(p.rows_per_chunk == s.rows_per_chunk);
+        CHECK(p.chunks == s.chunks);
+      }
+    }
 }
 
 namespace {

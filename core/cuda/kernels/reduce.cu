@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include <kiln/core/cuda/kernels/common.cuh>
 #include <kiln/core/cuda/plan/reduce_plan.h>
+#include <kiln/cuda.h>
 
 namespace kiln::cuda {
 
@@ -176,44 +178,63 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// p.x columns by p.y row stripes per block; `partial` (outer, chunks, inner) is null when one
-// chunk covers the column.
-template <class Op, class In>
+// V adjacent values read with one load (V * sizeof(T) bytes, aligned to that: Note [Vector columns]).
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// p.x threads by p.y row stripes per block, each thread V adjacent columns; `partial` (outer,
+// chunks, inner) is null when one chunk covers the column. V > 1 only where inner % V == 0 and
+// `in` is aligned to V values (the driver checks).
+template <class Op, class In, int V>
 __global__ void __launch_bounds__(kColThreads)
     cols_kernel(Op op, const In* in, int64_t n, int64_t inner, Cols p, typename Op::acc* partial) {  // in: (outer, n, inner)
   using A = typename Op::acc;
-  __shared__ A stripe[kColThreads];  // (y, x)
+  __shared__ A stripe[kColThreads * V];  // (y, x, V)
   int64_t o, col0, chunk, begin, end;
   reduction::col_block_of(p, blockIdx.x, n, o, col0, chunk, begin, end);
   const int x = threadIdx.x, y = threadIdx.y;
-  const int64_t i = col0 + x, k = o * inner + i;
-  A a = op.identity();
+  const int64_t i = col0 + int64_t{x} * V, k = o * inner + i;
+  A a[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) a[j] = op.identity();
   if (i < inner) {
     const In* col = in + o * n * inner + i;
+    auto row = [&](int64_t r) { return *reinterpret_cast<const Pack<In, V>*>(col + r * inner); };
+    auto add = [&](const Pack<In, V>& v, int64_t r) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) a[j] = op.combine(a[j], op.load(v.v[j], r, k + j));
+    };
     const int64_t S = p.y;
     int64_t r = begin + y;
     for (; r + 3 * S < end; r += 4 * S) {
-      const In v0 = col[r * inner], v1 = col[(r + S) * inner], v2 = col[(r + 2 * S) * inner],
-               v3 = col[(r + 3 * S) * inner];
-      a = op.combine(a, op.load(v0, r, k));
-      a = op.combine(a, op.load(v1, r + S, k));
-      a = op.combine(a, op.load(v2, r + 2 * S, k));
-      a = op.combine(a, op.load(v3, r + 3 * S, k));
+      const Pack<In, V> v0 = row(r), v1 = row(r + S), v2 = row(r + 2 * S), v3 = row(r + 3 * S);
+      add(v0, r);
+      add(v1, r + S);
+      add(v2, r + 2 * S);
+      add(v3, r + 3 * S);
     }
-    for (; r < end; r += S) a = op.combine(a, op.load(col[r * inner], r, k));
+    for (; r < end; r += S) add(row(r), r);
   }
   // Tree over y: in the step of stride s, stripes y < s read stripes [s, 2s) and write [0, s).
-  stripe[y * p.x + x] = a;
+  A* mine = stripe + (y * p.x + x) * V;
+#pragma unroll
+  for (int j = 0; j < V; ++j) mine[j] = a[j];
   for (int s = p.y / 2; s > 0; s >>= 1) {
     __syncthreads();
     if (y < s) {
-      a = op.combine(a, stripe[(y + s) * p.x + x]);
-      stripe[y * p.x + x] = a;
+      const A* other = stripe + ((y + s) * p.x + x) * V;
+#pragma unroll
+      for (int j = 0; j < V; ++j) mine[j] = a[j] = op.combine(a[j], other[j]);
     }
   }
   if (y == 0 && i < inner) {
-    if (partial) partial[(o * p.chunks + chunk) * inner + i] = a;
-    else op.store(k, a);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (partial) partial[(o * p.chunks + chunk) * inner + i + j] = a[j];
+      else op.store(k + j, a[j]);
+    }
   }
 }
 
@@ -252,23 +273,52 @@ void reduce_rows(const Op& op, const In* in, int64_t rows, int64_t n, Device dev
   reduce_rows(next_pass(op), static_cast<const A*>(part), rows, p.chunks, device, s);
 }
 
+// The widest vector a column thread may read (Note [Vector columns]): 16 bytes of In, as long as
+// a block's accumulators (kColThreads * V of A) fit in 32 KiB of shared memory.
+template <class In, class A>
+constexpr int max_column_vector() {
+  return std::min<int>(16 / static_cast<int>(sizeof(In)), 32 * 1024 / (kColThreads * static_cast<int>(sizeof(A))));
+}
+
+// That width where the switch is on (vector_column_reductions), inner is a multiple of it and `in`
+// is aligned to it; else 1.
+template <class In, class A>
+int column_vector(const In* in, int64_t inner) {
+  constexpr int v = max_column_vector<In, A>();
+  if (v < 2 || !is_float_like<In> || !vector_column_reductions()) return 1;
+  if (inner % v != 0 || reinterpret_cast<uintptr_t>(in) % (sizeof(In) * v) != 0) return 1;
+  return v;
+}
+
+template <class Op, class In, int V>
+void launch_cols(const Op& op, const In* in, int64_t n, int64_t inner, const Cols& p, typename Op::acc* part,
+                 cudaStream_t s) {
+  const dim3 block(static_cast<unsigned>(p.x), static_cast<unsigned>(p.y));
+  cols_kernel<Op, In, V><<<static_cast<unsigned>(p.blocks), block, 0, s>>>(op, in, n, inner, p, part);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
 template <class Op, class In>
 void reduce_cols(const Op& op, const In* in, int64_t outer, int64_t n, int64_t inner, Device device,
                  cudaStream_t s) {
   using A = typename Op::acc;
-  const Cols p = reduction::plan_cols(outer, n, inner);
+  const int vec = column_vector<In, A>(in, inner);
+  const Cols p = reduction::plan_cols(outer, n, inner, vec);
   check_grid(p.blocks, "a column reduction");
-  const dim3 block(static_cast<unsigned>(p.x), static_cast<unsigned>(p.y));
-  if (p.chunks == 1) {
-    cols_kernel<<<static_cast<unsigned>(p.blocks), block, 0, s>>>(op, in, n, inner, p, nullptr);
-    KILN_CUDA_CHECK_LAUNCH();
-    return;
+  Tensor scratch;
+  A* part = nullptr;
+  if (p.chunks > 1) {
+    scratch = scratch_for<A>(outer * p.chunks * inner, device);  // (outer, chunks, inner)
+    part = static_cast<A*>(scratch.data_ptr());
   }
-  Tensor scratch = scratch_for<A>(outer * p.chunks * inner, device);  // (outer, chunks, inner)
-  A* part = static_cast<A*>(scratch.data_ptr());
-  cols_kernel<<<static_cast<unsigned>(p.blocks), block, 0, s>>>(op, in, n, inner, p, part);
-  KILN_CUDA_CHECK_LAUNCH();
-  reduce_cols(next_pass(op), static_cast<const A*>(part), outer, p.chunks, inner, device, s);
+  constexpr int kV = max_column_vector<In, A>();
+  if constexpr (kV >= 2 && is_float_like<In>) {  // integer and bool reductions keep one form
+    if (vec == kV) launch_cols<Op, In, kV>(op, in, n, inner, p, part, s);
+    else launch_cols<Op, In, 1>(op, in, n, inner, p, part, s);
+  } else {
+    launch_cols<Op, In, 1>(op, in, n, inner, p, part, s);
+  }
+  if (part) reduce_cols(next_pass(op), static_cast<const A*>(part), outer, p.chunks, inner, device, s);
 }
 
 // Runs `op` over src read as (outer, n, inner) of In.

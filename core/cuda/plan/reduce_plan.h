@@ -88,29 +88,37 @@ KILN_HOST_DEVICE inline void long_row_of(const LongRows& p, int64_t b, int64_t n
 
 // --- columns ---------------------------------------------------------------------------------
 struct Cols {
-  int x = 1, y = 1;            // block shape: x adjacent columns, y row stripes (x*y <= kColThreads)
-  int64_t tiles = 0;           // column tiles of x per outer index
+  int x = 1, y = 1;            // block shape: x threads across columns, y row stripes (x*y <= kColThreads)
+  int vec = 1;                 // adjacent columns per thread, read as one vector load (Note [Vector columns])
+  int64_t tiles = 0;           // column tiles of x * vec per outer index
   int64_t rows_per_chunk = 1;  // y * kColRowsPerThread
   int64_t chunks = 1;          // per column; > 1 means the blocks write partials (outer, chunks, inner)
   int64_t blocks = 0;          // outer * tiles * chunks
 };
-inline Cols plan_cols(int64_t outer, int64_t n, int64_t inner) {
+// Note [Vector columns]
+// With vec > 1 (inner a multiple of vec, the data aligned to vec elements: the caller checks) a
+// thread reads vec adjacent columns per row with one load, so a warp reads 32 * vec contiguous
+// values of a row instead of 32. x counts threads, so a block spans x * vec columns; y and the row
+// chunks are those of vec == 1 whenever x is (inner >= 32 * vec), and then each column is summed
+// in the same order by both forms: their results are bitwise equal.
+inline Cols plan_cols(int64_t outer, int64_t n, int64_t inner, int vec = 1) {
   Cols p;
-  p.x = static_cast<int>(min64(32, pow2_at_least(inner)));
+  p.vec = vec;
+  p.x = static_cast<int>(min64(32, pow2_at_least(div_up(inner, vec))));
   p.y = static_cast<int>(min64(kColThreads / p.x, pow2_at_least(n)));
-  p.tiles = div_up(inner, p.x);
+  p.tiles = div_up(inner, int64_t{p.x} * vec);
   p.rows_per_chunk = p.y * kColRowsPerThread;
   p.chunks = n > 0 ? div_up(n, p.rows_per_chunk) : 1;
   p.blocks = outer * p.tiles * p.chunks;
   return p;
 }
-// Block b covers columns [col0, col0 + x) of outer index o and rows [begin, end); thread (x, y)
-// reads column col0 + x (if < inner) at rows begin + y, begin + y + p.y, ... (< end).
+// Block b covers columns [col0, col0 + x * vec) of outer index o and rows [begin, end); thread (x,
+// y) reads columns col0 + x * vec + [0, vec) (those < inner) at rows begin + y, begin + y + p.y, ... (< end).
 KILN_HOST_DEVICE inline void col_block_of(const Cols& p, int64_t b, int64_t n, int64_t& o, int64_t& col0,
                                           int64_t& chunk, int64_t& begin, int64_t& end) {
   chunk = b % p.chunks;
   const int64_t rest = b / p.chunks;
-  col0 = (rest % p.tiles) * p.x;
+  col0 = (rest % p.tiles) * p.x * p.vec;
   o = rest / p.tiles;
   begin = chunk * p.rows_per_chunk;
   end = min64(n, begin + p.rows_per_chunk);

@@ -19,6 +19,7 @@ std::atomic<bool> g_deterministic{false};
 std::atomic<bool> g_allow_tf32{true};
 std::atomic<int> g_attention{-1};  // an AttentionBackend, -1 until KILN_ATTENTION is read or the setter runs
 std::atomic<int> g_cross_entropy{-1};  // a CrossEntropyKernel, -1 until KILN_CROSS_ENTROPY_KERNEL is read or set
+std::atomic<int> g_vector_cols{-1};  // 0/1, -1 until KILN_CUDA_REDUCE_COLS is read or set
 std::mutex g_layer_norm_mutex;
 std::optional<LayerNormVariant> g_layer_norm;  // unset until KILN_LAYER_NORM_VARIANT is read or the setter runs
 }  // namespace
@@ -91,6 +92,21 @@ CrossEntropyKernel cross_entropy_kernel() {
 }
 
 void set_cross_entropy_kernel(CrossEntropyKernel kernel) { g_cross_entropy.store(static_cast<int>(kernel)); }
+
+bool vector_column_reductions() {
+  int v = g_vector_cols.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("KILN_CUDA_REDUCE_COLS");
+    const std::string name = env ? env : "";
+    KILN_CHECK_VALUE(name.empty() || name == "scalar" || name == "vector",
+                     "KILN_CUDA_REDUCE_COLS must be scalar or vector, got '", name, "'");
+    g_vector_cols.compare_exchange_strong(v, name == "vector" ? 1 : 0);  // a setter that ran meanwhile wins
+    v = g_vector_cols.load();
+  }
+  return v == 1;
+}
+
+void set_vector_column_reductions(bool on) { g_vector_cols.store(on ? 1 : 0); }
 
 std::string layer_norm_variant_name(const LayerNormVariant& v) {
   auto rows = [](LayerNormVariant::Rows r) {
