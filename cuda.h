@@ -91,9 +91,10 @@ const char* cross_entropy_kernel_name(CrossEntropyKernel kernel);  ///< "accurat
 /// bias gradient: (N, C) summed over N) reads one column per thread (scalar) or 16 bytes of
 /// adjacent columns per thread with one load (vector; where C is a multiple of the width and the
 /// data aligned). Where both use 32 threads across columns (C >= 256 16-bit or 128 f32 values)
-/// they sum each column in the same order: bitwise equal results. vector has not run on a GPU yet,
-/// so scalar is the default.
-/// The first call reads KILN_CUDA_REDUCE_COLS (scalar | vector; unset: scalar) unless
+/// they sum each column in the same order: bitwise equal results. vector is the default since its
+/// first GPU run (an H200, 2026-11-28: 1.25-1.62x scalar on GPT's bias gradients, (16384, 768) to
+/// (16384, 8192) bf16; gpt2-124m's step 41.5 -> 40.9 ms).
+/// The first call reads KILN_CUDA_REDUCE_COLS (scalar | vector; unset: vector) unless
 /// set_vector_column_reductions came first; a bad value throws naming it.
 bool vector_column_reductions();
 void set_vector_column_reductions(bool on);

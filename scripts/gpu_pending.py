@@ -32,6 +32,8 @@ GPU, proven or refuted in one device call, each step under its own time limit.
   stage sdpa-bench  gpt2-124m and gpt-1.3b under each engine choice (KILN_CUDNN_SDPA_ENGINE) and
                   with the vector column sums (KILN_CUDA_REDUCE_COLS=vector, the bias gradients)
   stage cols-sweep  bench_cuda --sweep --only reduce: the column sums' scalar and vector forms
+  stage final     after call 7's flips (vector column sums; cuDNN gradients in their inputs' layout):
+                  bench_cuda attention vs SDPA, gpt2-124m and gpt-1.3b beside PyTorch eager and compile
   stage sdpa-knobs  the attention sweep again with each engine's knob values (KILN_SWEEP_SDPA_KNOBS)
 
 Then one table, path | tests | loss vs baseline | step ms | ratio | peak GiB | verdict, printed and
@@ -62,7 +64,7 @@ CALL_LIMIT_S = 600       # one device call
 PLAN_LIMIT_S = 540       # what the expected times of the default stages may add up to (margin)
 STAGES = ["tests", "train", "sweep", "bench", "profile", "big", "suite", "kernels", "confirm",
           "ce-tests", "ce-sweep", "ce-bench", "ce-profile", "ln-tests", "ln-sweep", "ln-bench",
-          "check", "sdpa-sweep", "sdpa-kernels", "sdpa-bench", "sdpa-knobs", "cols-sweep"]
+          "check", "sdpa-sweep", "sdpa-kernels", "sdpa-bench", "sdpa-knobs", "cols-sweep", "final"]
 # What one device call runs: the first proves every path and times gpt2-124m; the second (sent at
 # once, while the machine is warm) profiles gpt2-124m's step and times gpt-1.3b. Both together would
 # overrun one call.
@@ -79,7 +81,9 @@ CALLS = {"1": ["tests", "train", "sweep", "bench"], "2": ["profile", "big"],
          # cross entropy's new cases, then each engine config timed apart and in both GPT steps.
          "7": ["check", "sdpa-sweep", "cols-sweep", "sdpa-kernels", "sdpa-bench"],
          # Call 8, at once after 7: each engine's knob values (NVRTC compiles each: minutes).
-         "8": ["sdpa-knobs"]}
+         "8": ["sdpa-knobs"],
+         # Call 9: the gpu suite and the figures under the defaults calls 7-8 chose.
+         "9": ["suite", "final"]}
 
 # The paths: environment and flags of train_gpt / bench_gpt that turn each on, over the baseline:
 # every path off, as the defaults were before the first GPU run (2026-11-28) flipped the proven ones
@@ -273,6 +277,12 @@ def plan():
         steps.append(kiln("sdpa-bench", "gpt2-124m " + p, gpt2, p, ["--json", "{work}/bench_124m_%s.json" % p], 60, 10))
     for p in ["defaults"] + list(SDPA_CHOICES) + ["cols-vector"]:
         steps.append(kiln("sdpa-bench", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 30))
+    steps.append(Step("final", "bench_cuda attention vs PyTorch",
+                      ["{build}/apps/bench_cuda", "--only", "attention", "--python", "{python}"], 60, 20))
+    steps.append(torch("final", "gpt2-124m beside PyTorch eager + compile", gpt2, "bench_124m_torch.json", 150, 65))
+    steps.append(kiln("final", "gpt-1.3b defaults", big, "defaults", ["--json", "{work}/bench_13b_defaults.json"],
+                      90, 22))
+    steps.append(torch("final", "gpt-1.3b beside PyTorch eager + compile", big, "bench_13b_torch.json", 150, 120))
     steps.append(Step("sdpa-knobs", "bench_cuda --sweep --only attention, knob values",
                       ["{build}/apps/bench_cuda", "--sweep", "--only", "attention", "--sweep-json",
                        "{out}/sweep_sdpa_knobs.json"], 280, 200, {"KILN_SWEEP_SDPA_KNOBS": "1"}))

@@ -178,7 +178,7 @@ TEST_CASE("CUDA cross_entropy ops: special values in a row's head, body and tail
   at(1, 600) = inf;                             // +inf: lse NaN, as the CPU's exp(inf - inf)
   at(2, 0) = -inf;                              // -inf in the head (or the first vector) and the body
   at(2, 700) = -inf;
-  for (int64_t j = 0; j < c; ++j) at(3, j) = -inf;  // a row of -inf
+  for (int64_t j = 0; j < c; ++j) at(3, j) = -inf;  // a row of -inf: lse NaN, as the CPU (first GPU run: -inf)
   at(4, c - 1) = NAN;                           // NaN as the last element (the tail where there is one)
   at(5, 0) = inf;                               // +inf as the first element
   at(6, c - 1) = 40;                            // a large max at the end

@@ -117,6 +117,17 @@ std::atomic<int64_t>& engine_choice(Pass pass) {
 // or an unaligned one (Note [Attention layouts], core/cuda/plan/attention_layout.h).
 Tensor cudnn_readable(const Tensor& t) { return flash::kernel_readable(t, flash::AttentionReader::cudnn); }
 
+// Note [cuDNN gradient layout]
+// A gradient cuDNN writes takes its input's layout where that input is contiguous (B, H, T, D), as
+// PyTorch's empty_like does, and is (B, H, T, D) stored as (B, T, H, D) otherwise (GPT's q, k, v:
+// views of the qkv projection, whose gradient goes back through that layout). A contiguous leaf
+// then adds its gradient without a transposing read: with (B, T, H, D) gradients, bench_cuda's
+// fwd+bwd at B8 H16 T2048 D128 took 1.72 ms on an H200 where the two kernels took 1.20.
+Tensor grad_like(const Tensor& x) {
+  if (x.is_contiguous()) return empty(x.shape(), x.dtype(), x.device());
+  return flash::empty_heads(x.size(0), x.size(1), x.size(2), x.size(3), x.dtype(), x.device());
+}
+
 // t's strides in (B, H, T, D) order; a dimension of size 1 gets a stride past every other one, so
 // equal problems get equal keys whatever their unit strides are.
 SdpaStrides strides_of(const Tensor& t) {
@@ -327,9 +338,9 @@ std::optional<FlashAttentionGrads> attention_cudnn_backward(const Tensor& dout_i
              "attention_cudnn_backward: lse must be the forward's contiguous f32 (", b, ", ", h, ", ", t, ") on ", device);
   FlashAttentionGrads r;
   if (!need_dq && !need_dkdv) return r;
-  r.dq = flash::empty_heads(b, h, t, d, q_in.dtype(), device);  // cuDNN writes all three
-  r.dk = flash::empty_heads(b, h, t, d, q_in.dtype(), device);
-  r.dv = flash::empty_heads(b, h, t, d, q_in.dtype(), device);
+  r.dq = grad_like(q_in);  // cuDNN writes all three
+  r.dk = grad_like(k_in);
+  r.dv = grad_like(v_in);
   if (b * h > 0) {
     const Tensor q = cudnn_readable(q_in), k = cudnn_readable(k_in), v = cudnn_readable(v_in);
     const Tensor out = cudnn_readable(out_in), dout = cudnn_readable(dout_in);
@@ -381,7 +392,7 @@ std::vector<std::string> attention_cudnn_engine_candidates(const Tensor& q_in, c
   SdpaGraph graph;
   if (backward) {
     FlashAttentionGrads g;
-    g.dq = g.dk = g.dv = out;  // the same (B, T, H, D) storage layout the backward allocates
+    g.dq = grad_like(q_in), g.dk = grad_like(k_in), g.dv = grad_like(v_in);  // as the backward allocates them
     const Tensor dout = dout_in.defined() ? cudnn_readable(dout_in) : out;
     KILN_CHECK(dout.shape() == q.shape(), "attention_cudnn_engine_candidates: dout ", dout.shape(), " for q ", q.shape());
     graph = build_sdpa_backward_graph(backward_spec(q, k, v, out, dout, g, causal), handle);

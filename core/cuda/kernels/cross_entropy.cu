@@ -77,10 +77,13 @@ __device__ __forceinline__ int64_t row_head(const T* row, int64_t c) {
 }
 
 // The per-row result both forward kernels write from thread 0: the loss from lse and the sum of the
-// row's logits (label smoothing), and the counted row.
+// row's logits (label smoothing), and the counted row. A row of only -inf reaches here with lse -inf
+// (the max-and-sum rule adds 1 per value equal to the max) and is stored as NaN, the CPU's and
+// PyTorch's log_softmax answer (exp(-inf - -inf)); its loss and gradient are NaN either way.
 template <class T, class A>
 __device__ __forceinline__ void finish_row(A* loss, A* lse, unsigned long long* status, const T* xr, int64_t row,
                                            int64_t t, int64_t c, double ls, A l, A sum) {
+  if (l == -A(INFINITY)) l = A(NAN);
   double value = -(1.0 - ls) * static_cast<double>(load_acc(xr[t]) - l);
   if (ls > 0)  // sum_c logp[row, c] = sum_c x[row, c] - c * lse
     value -= ls / static_cast<double>(c) * (static_cast<double>(sum) - static_cast<double>(c) * static_cast<double>(l));
@@ -196,7 +199,7 @@ __device__ __forceinline__ A pack_max(const Pack<T, V>& p, A m) {
 // The registers form (Note [Cross-entropy kernels]): each thread's vectors of the row, at most
 // kRegVecs, are loaded at once and kept; the launch checks that the row fits. A row's max is m, its
 // sum of exp(x - m) is s; as MaxSum, a value equal to m adds exactly 1 (an all -inf row gives
-// lse -inf), a +inf max gives NaN, and a NaN anywhere makes s NaN (a NaN in a thread's head or tail
+// lse -inf, which finish_row stores as NaN), a +inf max gives NaN, and a NaN anywhere makes s NaN (a NaN in a thread's head or tail
 // element may become that thread's m, so the threads' m can differ on such a row: its lse is NaN
 // whatever m each thread used). Rows are at most kRegVecs vectors a thread: 7 * 32 vectors under a
 // warp per row (rows up to 1024 values), 7 * 1024 under a block per row.

@@ -100,7 +100,7 @@ bool vector_column_reductions() {
     const std::string name = env ? env : "";
     KILN_CHECK_VALUE(name.empty() || name == "scalar" || name == "vector",
                      "KILN_CUDA_REDUCE_COLS must be scalar or vector, got '", name, "'");
-    g_vector_cols.compare_exchange_strong(v, name == "vector" ? 1 : 0);  // a setter that ran meanwhile wins
+    g_vector_cols.compare_exchange_strong(v, name == "scalar" ? 0 : 1);  // a setter that ran meanwhile wins
     v = g_vector_cols.load();
   }
   return v == 1;
