@@ -88,10 +88,11 @@ const char* cross_entropy_kernel_name(CrossEntropyKernel kernel);  ///< "accurat
 
 // ---- column reductions (KILN_CUDA_REDUCE_COLS) ----
 /// Note [Vector columns] (core/cuda/plan/reduce_plan.h): a CUDA reduction over a leading dim (the
-/// bias gradient: (N, C) summed over N) reads one column per thread (scalar) or 16 bytes of
-/// adjacent columns per thread with one load (vector; where C is a multiple of the width and the
-/// data aligned). Where both use 32 threads across columns (C >= 256 16-bit or 128 f32 values)
-/// they sum each column in the same order: bitwise equal results. vector is the default since its
+/// bias gradient: (N, C) summed over N) reads one column per thread (scalar) or up to 16 bytes of
+/// adjacent columns per thread with one load (vector: 16 for sums; max/min of 16-bit values, whose
+/// accumulators are larger, 8; where C is a multiple of the width and the data aligned). Where both
+/// use 32 threads across columns (a sum over C >= 256 16-bit or 128 f32 values) they sum each column
+/// in the same order: bitwise equal results. vector is the default since its
 /// first GPU run (an H200, 2026-11-28: 1.25-1.62x scalar on GPT's bias gradients, (16384, 768) to
 /// (16384, 8192) bf16; gpt2-124m's step 41.5 -> 40.9 ms).
 /// The first call reads KILN_CUDA_REDUCE_COLS (scalar | vector; unset: vector) unless

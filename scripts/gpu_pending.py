@@ -25,16 +25,12 @@ GPU, proven or refuted in one device call, each step under its own time limit.
   stage ln-sweep  bench_cuda --sweep --only layer_norm: every variant, the split form among them
   stage ln-bench  gpt2-124m and gpt-1.3b under the defaults and the split backward, PyTorch beside
                   gpt2-124m
-  stage check     every gpu test (ctest -L gpu) beside memcheck on the cross entropy's small cases
-  stage sdpa-sweep  bench_cuda --sweep --only attention: each cuDNN engine config, forward and
-                  backward apart, contiguous and GPT's layout (Note [cuDNN SDPA engine choice])
-  stage sdpa-kernels  bench_cuda --only attention: forward and fwd+bwd at both GPT shapes vs SDPA
-  stage sdpa-bench  gpt2-124m and gpt-1.3b under each engine choice (KILN_CUDNN_SDPA_ENGINE) and
-                  with the vector column sums (KILN_CUDA_REDUCE_COLS=vector, the bias gradients)
+  stage check     ctest -L gpu beside memcheck on the cross entropy's small cases
+  stage sdpa-sweep / sdpa-knobs  bench_cuda --sweep --only attention: each cuDNN engine config (with
+                  KILN_SWEEP_SDPA_KNOBS, each knob value), forward and backward apart
+  stage sdpa-kernels / final  bench_cuda --only attention vs SDPA; final also the GPT steps beside PyTorch
+  stage sdpa-bench  the GPT steps under each KILN_CUDNN_SDPA_ENGINE choice and the scalar column sums
   stage cols-sweep  bench_cuda --sweep --only reduce: the column sums' scalar and vector forms
-  stage final     after call 7's flips (vector column sums; cuDNN gradients in their inputs' layout):
-                  bench_cuda attention vs SDPA, gpt2-124m and gpt-1.3b beside PyTorch eager and compile
-  stage sdpa-knobs  the attention sweep again with each engine's knob values (KILN_SWEEP_SDPA_KNOBS)
 
 Then one table, path | tests | loss vs baseline | step ms | ratio | peak GiB | verdict, printed and
 written with every figure as JSON under --out (the device tool brings back at most 8 files: one
@@ -117,7 +113,7 @@ for _b in LN_SPLITS:
 SDPA_CHOICES = {"sdpa-fwd1": "fwd=1", "sdpa-bwd1": "bwd=1", "sdpa-fwd1-bwd1": "fwd=1,bwd=1"}
 for _p, _c in SDPA_CHOICES.items():
     PATHS[_p] = ({"KILN_CUDNN_SDPA_ENGINE": _c}, [])
-PATHS["cols-vector"] = ({"KILN_CUDA_REDUCE_COLS": "vector"}, [])
+PATHS["cols-scalar"] = ({"KILN_CUDA_REDUCE_COLS": "scalar"}, [])  # the vector form is the default since call 7
 CALL1_PATHS = ["baseline"] + list(SWITCHES) + ["all"]
 # The paths a 1.3B row runs: each alone would cost a minute apiece.
 BIG_PATHS = ["baseline", "all"]
@@ -273,9 +269,9 @@ def plan():
     steps.append(Step("cols-sweep", "bench_cuda --sweep --only reduce",
                       ["{build}/apps/bench_cuda", "--sweep", "--only", "reduce", "--sweep-json",
                        "{out}/sweep_cols.json"], 60, 15))
-    for p in ["defaults"] + list(SDPA_CHOICES) + ["cols-vector"]:
+    for p in ["defaults"] + list(SDPA_CHOICES) + ["cols-scalar"]:
         steps.append(kiln("sdpa-bench", "gpt2-124m " + p, gpt2, p, ["--json", "{work}/bench_124m_%s.json" % p], 60, 10))
-    for p in ["defaults"] + list(SDPA_CHOICES) + ["cols-vector"]:
+    for p in ["defaults"] + list(SDPA_CHOICES) + ["cols-scalar"]:
         steps.append(kiln("sdpa-bench", "gpt-1.3b " + p, big, p, ["--json", "{work}/bench_13b_%s.json" % p], 120, 30))
     steps.append(Step("final", "bench_cuda attention vs PyTorch",
                       ["{build}/apps/bench_cuda", "--only", "attention", "--python", "{python}"], 60, 20))

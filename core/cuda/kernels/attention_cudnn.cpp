@@ -42,6 +42,7 @@ using PlanKey = std::array<int64_t, 41>;
 struct Plan {
   SdpaGraph graph;           // the descriptors the plan was made from, kept alive with it
   BackendDescriptor config;  // the engine config that finalized
+  std::vector<BackendDescriptor> config_parts;  // what a hand-made (knob) config refers to
   BackendDescriptor plan;    // undefined when no engine could be built
   int64_t engine = -1;
   std::string label;         // sdpa_engine_label of the config
@@ -80,36 +81,38 @@ bool zero_dq_accum() {
 // An index the case does not have, or a config that does not finalize, is the plan's failure
 // (an error under CudnnMiss::fail, Kiln's kernels under fall_back), naming the candidates.
 
-int64_t parse_choice(const std::string& text, const char* pass) {
-  const std::string prefix = std::string(pass) + "=";
+// KILN_CUDNN_SDPA_ENGINE read whole: "fwd=N", "bwd=M" or both, comma-separated, each at most once;
+// anything else is an error naming the value. {forward, backward}, -1 where absent.
+std::array<int64_t, 2> parse_choices(const std::string& text) {
+  std::array<int64_t, 2> out = {-1, -1};
+  std::array<bool, 2> seen = {false, false};
   size_t at = 0;
   while (at < text.size()) {
     size_t end = text.find(',', at);
     if (end == std::string::npos) end = text.size();
     const std::string item = text.substr(at, end - at);
-    if (item.rfind(prefix, 0) == 0) {
-      const std::string value = item.substr(prefix.size());
-      char* stop = nullptr;
-      const long n = std::strtol(value.c_str(), &stop, 10);
-      KILN_CHECK(!value.empty() && *stop == '\0' && n >= -1, "KILN_CUDNN_SDPA_ENGINE=", text, ": ", pass,
-                 " takes a candidate index >= 0 (or -1 for the default), got '", value, "'");
-      return n;
-    }
-    KILN_CHECK(item.rfind("fwd=", 0) == 0 || item.rfind("bwd=", 0) == 0, "KILN_CUDNN_SDPA_ENGINE=", text,
-               ": expected fwd=N and/or bwd=M separated by a comma, got '", item, "'");
+    const int pass = item.rfind("fwd=", 0) == 0 ? 0 : item.rfind("bwd=", 0) == 0 ? 1 : -1;
+    KILN_CHECK_VALUE(pass >= 0, "KILN_CUDNN_SDPA_ENGINE=", text, ": expected fwd=N and/or bwd=M separated by a comma, "
+                     "got '", item, "'");
+    KILN_CHECK_VALUE(!seen[pass], "KILN_CUDNN_SDPA_ENGINE=", text, ": ", pass ? "bwd" : "fwd", " given twice");
+    const std::string value = item.substr(4);
+    char* stop = nullptr;
+    const long n = std::strtol(value.c_str(), &stop, 10);
+    KILN_CHECK_VALUE(!value.empty() && *stop == '\0' && n >= -1, "KILN_CUDNN_SDPA_ENGINE=", text, ": ",
+                     pass ? "bwd" : "fwd", " takes a candidate index >= 0 (or -1 for the default), got '", value, "'");
+    out[pass] = n;
+    seen[pass] = true;
     at = end + 1;
   }
-  return -1;
+  return out;
 }
 
 std::atomic<int64_t>& engine_choice(Pass pass) {
-  static std::atomic<int64_t> choice[2] = {[] {
+  static std::array<std::atomic<int64_t>, 2> choice = [] {
     const char* env = std::getenv("KILN_CUDNN_SDPA_ENGINE");
-    return parse_choice(env ? env : "", "fwd");
-  }(), [] {
-    const char* env = std::getenv("KILN_CUDNN_SDPA_ENGINE");
-    return parse_choice(env ? env : "", "bwd");
-  }()};
+    const std::array<int64_t, 2> c = parse_choices(env ? env : "");
+    return std::array<std::atomic<int64_t>, 2>{c[0], c[1]};
+  }();
   return choice[static_cast<int>(pass)];
 }
 
@@ -194,11 +197,14 @@ std::shared_ptr<const Plan> build_plan(Pass pass, const SdpaGraphSpec& spec, cud
     if (choice < 0) {
       configs = sdpa_engine_configs(p->graph, nullptr);
     } else {  // Note [cuDNN SDPA engine choice]
-      std::vector<SdpaEngineConfig> all = sdpa_engine_candidates(p->graph, nullptr);
+      // The knob variants follow the heuristics' configs: built only for an index past those.
+      std::vector<SdpaEngineConfig> all = sdpa_engine_candidates(p->graph, nullptr, /*with_knobs=*/false);
+      if (choice >= static_cast<int64_t>(all.size())) all = sdpa_engine_candidates(p->graph, nullptr);
       if (choice >= static_cast<int64_t>(all.size())) {
         std::ostringstream os;
-        os << describe(spec, pass) << ": KILN_CUDNN_SDPA_ENGINE asks for candidate " << choice << ", cuDNN offers "
-           << all.size() << ":";
+        os << describe(spec, pass) << ": the engine choice (KILN_CUDNN_SDPA_ENGINE or "
+           << "set_attention_cudnn_engine_choice) asks for candidate " << choice << ", cuDNN offers " << all.size()
+           << ":";
         for (size_t i = 0; i < all.size(); ++i) os << " " << i << ": " << sdpa_engine_label(all[i]) << ";";
         p->failure = os.str();
         return p;
@@ -215,6 +221,7 @@ std::shared_ptr<const Plan> build_plan(Pass pass, const SdpaGraphSpec& spec, cud
         p->workspace = plan.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
         p->plan = std::move(plan);
         p->config = std::move(c.config);
+        p->config_parts = std::move(c.parts);
         p->engine = c.engine;
         p->label = sdpa_engine_label(c);
         return p;
@@ -226,6 +233,8 @@ std::shared_ptr<const Plan> build_plan(Pass pass, const SdpaGraphSpec& spec, cud
       p->failure = "cuDNN's heuristics offered no engine" + (libs.empty() ? std::string() : " (" + libs + ")");
     else if (prerequisite_missing)
       p->failure = cudnn_runtime_prerequisite_message() + "; tried" + tried;
+    else if (choice >= 0)
+      p->failure = "the chosen engine config (candidate " + std::to_string(choice) + ") could not be built:" + tried;
     else
       p->failure = "none of the " + std::to_string(configs.size()) + " engines cuDNN offered could be built:" + tried;
   } catch (const Error& e) {

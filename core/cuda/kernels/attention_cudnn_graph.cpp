@@ -471,9 +471,9 @@ std::vector<SdpaEngineConfig> sdpa_engine_candidates(const SdpaGraph& graph, cud
   for (const SdpaEngineConfig& c : out)
     if (std::find(engines.begin(), engines.end(), c.engine) == engines.end()) engines.push_back(c.engine);
   for (int64_t id : engines) {
-    const SdpaEngineConfig* model = nullptr;
+    bool runtime_compiled = false, nondeterministic = false;  // as the heuristics' config of this engine says
     for (const SdpaEngineConfig& c : out)
-      if (c.engine == id) model = &c;
+      if (c.engine == id) runtime_compiled = c.runtime_compiled, nondeterministic = c.nondeterministic;
     for (const KnobRange& r : knob_ranges(graph, id)) {
       if (r.type != CUDNN_KNOB_TYPE_KERNEL_CFG && r.type != CUDNN_KNOB_TYPE_STAGES) continue;
       for (int64_t v = r.min; v <= r.max; v += std::max<int64_t>(r.stride, 1)) {
@@ -483,8 +483,8 @@ std::vector<SdpaEngineConfig> sdpa_engine_candidates(const SdpaGraph& graph, cud
         });
         if (seen) continue;
         SdpaEngineConfig c = config_with_knob(graph, id, r.type, v);
-        c.runtime_compiled = model->runtime_compiled;
-        c.nondeterministic = model->nondeterministic;
+        c.runtime_compiled = runtime_compiled;
+        c.nondeterministic = nondeterministic;
         out.push_back(std::move(c));
       }
     }

@@ -122,4 +122,11 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return block_reduce(v, scratch, -INFINITY, FloatMax{});
 }
 
+// V consecutive elements, loaded and stored as one access (two 16-byte ones for 8 floats): the
+// row kernels' packs (softmax.cuh) and the column reductions' vectors (reduce.cu).
+template <class T, int V>
+struct alignas(sizeof(T) * V < 16 ? sizeof(T) * V : 16) Pack {
+  T v[V];
+};
+
 }  // namespace kiln::cuda

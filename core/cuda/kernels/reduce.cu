@@ -178,12 +178,6 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// V adjacent values read with one load (V * sizeof(T) bytes, aligned to that: Note [Vector columns]).
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
 // p.x threads by p.y row stripes per block, each thread V adjacent columns; `partial` (outer,
 // chunks, inner) is null when one chunk covers the column. V > 1 only where inner % V == 0 and
 // `in` is aligned to V values (the driver checks).

@@ -12,12 +12,6 @@ namespace kiln::cuda::rowwise {
 template <class T>
 inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
 
-// V consecutive elements, loaded and stored as one access (two 16-byte ones for 8 floats).
-template <class T, int V>
-struct alignas(sizeof(T) * V < 16 ? sizeof(T) * V : 16) Pack {
-  T v[V];
-};
-
 // p[0, V) converted to A; p is aligned to the pack (Note [Row launches]).
 template <int V, class T, class A>
 __device__ __forceinline__ void load_pack(const T* p, A (&out)[V]) {
