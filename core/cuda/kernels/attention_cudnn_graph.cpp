@@ -179,29 +179,43 @@ cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, const Dims& x, cudnnBacken
   return out;
 }
 
-// The (knob type, value) pairs an engine config sets, sorted by type.
-std::vector<std::pair<int64_t, int64_t>> knob_choices(cudnnBackendDescriptor_t config) {
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                               nullptr) != CUDNN_STATUS_SUCCESS || count <= 0)
-    return {};
-  std::vector<BackendDescriptor> choices;
+// The descriptors array attribute `name` of `owner` holds, at most `capacity` (< 0: as many as it
+// says it holds), into descriptors of `type` made here, as the backend API fills them. `out` keeps
+// those it returned; cuDNN's status comes back.
+cudnnStatus_t get_descriptors(cudnnBackendDescriptor_t owner, cudnnBackendAttributeName_t name,
+                              cudnnBackendDescriptorType_t type, int64_t capacity, std::vector<BackendDescriptor>& out) {
+  out.clear();
+  if (capacity < 0) {
+    const cudnnStatus_t status =
+        cudnnBackendGetAttribute(owner, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &capacity, nullptr);
+    if (status != CUDNN_STATUS_SUCCESS) return status;
+  }
+  if (capacity <= 0) return CUDNN_STATUS_SUCCESS;
   std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
-    raw.push_back(choices.back().get());
+  for (int64_t i = 0; i < capacity; ++i) {
+    out.emplace_back(type);
+    raw.push_back(out.back().get());
   }
   int64_t returned = 0;
-  if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                               &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
+  const cudnnStatus_t status =
+      cudnnBackendGetAttribute(owner, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, capacity, &returned, raw.data());
+  out.erase(out.begin() + (status == CUDNN_STATUS_SUCCESS ? std::clamp<int64_t>(returned, 0, capacity) : 0), out.end());
+  return status;
+}
+
+// The (knob type, value) pairs an engine config sets, sorted by type.
+std::vector<std::pair<int64_t, int64_t>> knob_choices(cudnnBackendDescriptor_t config) {
+  std::vector<BackendDescriptor> choices;
+  if (get_descriptors(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, -1, choices) !=
+      CUDNN_STATUS_SUCCESS)
     return {};
   std::vector<std::pair<int64_t, int64_t>> out;
-  for (int64_t i = 0; i < returned && i < count; ++i) {
+  for (const BackendDescriptor& choice : choices) {
     cudnnBackendKnobType_t type{};
     int64_t value = 0, n = 0;
-    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type) !=
+    if (cudnnBackendGetAttribute(choice.get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type) !=
             CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n, &value) !=
+        cudnnBackendGetAttribute(choice.get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n, &value) !=
             CUDNN_STATUS_SUCCESS)
       continue;
     out.emplace_back(static_cast<int64_t>(type), value);
@@ -224,28 +238,21 @@ BackendDescriptor engine_of(const SdpaGraph& graph, int64_t id) {
 // The knobs engine `id` exposes for `graph`, with the values each takes.
 std::vector<KnobRange> knob_ranges(const SdpaGraph& graph, int64_t id) {
   BackendDescriptor engine = engine_of(graph, id);
-  constexpr int64_t kMax = CUDNN_KNOB_TYPE_COUNTS;
   std::vector<BackendDescriptor> infos;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < kMax; ++i) {
-    infos.emplace_back(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR);
-    raw.push_back(infos.back().get());
-  }
-  int64_t n = 0;
-  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMax, &n,
-                               raw.data()) != CUDNN_STATUS_SUCCESS)
+  if (get_descriptors(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR,
+                      CUDNN_KNOB_TYPE_COUNTS, infos) != CUDNN_STATUS_SUCCESS)
     return {};
   std::vector<KnobRange> out;
-  for (int64_t i = 0; i < n && i < kMax; ++i) {
+  for (const BackendDescriptor& info : infos) {
     KnobRange r;
     int64_t got = 0;
-    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got, &r.type) !=
+    if (cudnnBackendGetAttribute(info.get(), CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got, &r.type) !=
             CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &got, &r.min) !=
+        cudnnBackendGetAttribute(info.get(), CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &got, &r.min) !=
             CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &got, &r.max) !=
+        cudnnBackendGetAttribute(info.get(), CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &got, &r.max) !=
             CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &got, &r.stride) !=
+        cudnnBackendGetAttribute(info.get(), CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &got, &r.stride) !=
             CUDNN_STATUS_SUCCESS)
       continue;
     if (r.max - r.min <= 256) out.push_back(r);  // a range, not a byte count
@@ -402,22 +409,12 @@ std::vector<SdpaEngineConfig> sdpa_engine_configs(const SdpaGraph& graph, cudnnB
 #endif
   heur.finalize();
 
-  int64_t count = 0;
-  KILN_CUDNN_BACKEND_CHECK(
-      cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
   std::vector<BackendDescriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
-  int64_t returned = 0;
-  if (count > 0)
-    KILN_CUDNN_BACKEND_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()));
+  KILN_CUDNN_BACKEND_CHECK(
+      get_descriptors(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, -1, configs));
 
   std::vector<SdpaEngineConfig> out;
-  for (int64_t i = 0; i < returned && i < count; ++i) {
+  for (size_t i = 0; i < configs.size(); ++i) {
     SdpaEngineConfig c;
     BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
     cudnnBackendDescriptor_t engine_raw = engine.get();
